@@ -1,0 +1,85 @@
+"""The base experiment config: every knob the trainer reads, with its default."""
+import ml_collections
+
+
+def get_base_config() -> ml_collections.ConfigDict:
+  """Returns the full config schema; experiment configs override fields of it."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  # Model: a preset from vit_jax.models.MODEL_CONFIGS plus overrides of its fields
+  # (num_classes is filled in from the dataset when left at -1).
+  c.model_name = 'ViT-B_16'
+  c.model = ml_collections.ConfigDict({
+      'num_classes': -1,
+      'dtype': 'float32',          # compute dtype; parameters stay float32
+      'attention': 'xla',          # 'xla' | 'cudnn' | 'auto'
+      'remat': False,              # rematerialise each encoder block
+      'stochastic_depth': 0.0,
+      'representation_size': -1,   # -1: keep the preset's; 0: none; N: pre-logits of width N
+      'dropout_rate': -1.0,        # -1: keep the preset's
+      'head_bias_init': 0.0,
+  })
+  # Start from a checkpoint in the published .npz layout ('' = from scratch).
+  c.pretrained_path = ''
+
+  # Data.
+  c.dataset = 'cifar10'
+  c.data_dir = ml_collections.config_dict.placeholder(str)    # TFDS data dir
+  c.manual_dir = ml_collections.config_dict.placeholder(str)  # TFDS manual download dir
+  c.train_split = ''   # '' = the dataset's default
+  c.eval_split = ''
+  c.pp = ml_collections.ConfigDict({
+      'train': 'finetune',        # 'pretrain' | 'finetune' | 'finetune_inception'
+      'eval': 'central_crop',     # 'central_crop' | 'resize'
+      'crop': 384,                # training/eval resolution
+      'resize': 448,              # resize before crop (finetune, central_crop)
+      'flip': True,
+      'min_area': 0.05,           # inception crop area range
+      'mixup': 0.0,               # mixup alpha; 0 = off
+      'label_smoothing': 0.0,
+      'multi_hot': False,         # multi-hot targets (sigmoid losses, ImageNet-21k)
+      'num_channels': 3,          # images always reach the model with 3 channels
+  })
+  c.shuffle_buffer = 50_000
+  c.prefetch = 2                  # batches prefetched to the devices
+  c.cache = False                 # cache decoded training images in memory (small data)
+
+  # Batch and schedule (durations in steps).
+  c.batch = 512
+  c.batch_eval = 512
+  c.accum_steps = 1
+  c.total_steps = 10_000
+  c.warmup_steps = 500
+  c.base_lr = 0.03
+  c.end_lr = 0.0
+  c.decay_type = 'cosine'         # 'cosine' | 'linear' | 'constant'
+
+  # Optimizer.
+  c.optimizer = 'sgd'             # 'sgd' | 'adam'
+  c.momentum = 0.9
+  c.b1 = 0.9
+  c.b2 = 0.999
+  c.weight_decay = 0.0            # decoupled, multiplied by the learning rate
+  c.grad_clip_norm = 1.0          # 0 = off
+  c.optim_dtype = 'float32'       # momentum / first-moment buffer dtype
+  c.loss = 'softmax_xent'         # 'softmax_xent' | 'sigmoid_xent'
+
+  # Devices: mesh axis sizes (-1 = all remaining devices) and sharding rules.
+  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1})
+  c.sharding = 'replicate'        # 'replicate' | 'fsdp'
+
+  # Logging, evaluation and checkpoints (in steps; 0 = never, except at the end).
+  c.log_every = 50
+  c.eval_every = 1000
+  c.checkpoint_every = 1000
+  c.keep_checkpoints = 3
+  c.fewshot = ml_collections.ConfigDict({
+      'datasets': [],             # e.g. ['mnist5k']
+      'shots': [1, 5, 10, 25],
+      'every': 0,                 # 0 = off
+      'resolution': 0,            # 0 = the training crop
+      'seeds': 3,
+  })
+  c.log_images = False            # attention rollout / posemb similarity to TensorBoard
+  return c
