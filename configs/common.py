@@ -68,6 +68,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   # Devices: mesh axis sizes (-1 = all remaining devices) and sharding rules.
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1})
   c.sharding = 'replicate'        # 'replicate' | 'fsdp'
+  c.fsdp_min_size = 2**16         # under 'fsdp', arrays with fewer elements stay replicated
 
   # Logging, evaluation and checkpoints (in steps; 0 = never, except at the end).
   c.log_every = 50
