@@ -1,0 +1,114 @@
+"""Multi-head self-attention with a switchable kernel and the original parameter tree."""
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+IMPLEMENTATIONS = ('xla', 'cudnn', 'auto')
+
+
+def _split_heads_init(base_init, num_heads: int, head_dim: int, axis: int):
+  """Initialises a (.., heads, head_dim, ..) kernel as if it were a flat matrix."""
+
+  def init(key, shape, dtype=jnp.float32):
+    flat = list(shape)
+    flat[axis:axis + 2] = [num_heads * head_dim]
+    return base_init(key, tuple(flat), dtype).reshape(shape)
+
+  return init
+
+
+def resolve_implementation(implementation: str, dtype: Any) -> str:
+  """Picks the concrete attention kernel for 'auto' on the current backend."""
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f'Unknown attention implementation {implementation!r}; '
+                     f'use one of {IMPLEMENTATIONS}.')
+  if implementation != 'auto':
+    return implementation
+  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+  return 'cudnn' if half and jax.default_backend() == 'gpu' else 'xla'
+
+
+def _cudnn_attention(q, k, v, pad_multiple: int):
+  """cuDNN fused attention; pads the sequence and masks the padded keys."""
+  seq = q.shape[1]
+  padded = -(-seq // pad_multiple) * pad_multiple
+  if padded != seq:
+    pad = [(0, 0), (0, padded - seq), (0, 0), (0, 0)]
+    q, k, v = (jnp.pad(t, pad) for t in (q, k, v))
+  lengths = jnp.full((q.shape[0],), seq, dtype=jnp.int32)
+  out = jax.nn.dot_product_attention(
+      q, k, v, key_value_seq_lengths=lengths, implementation='cudnn')
+  return out[:, :seq]
+
+
+class _Projection(nn.Module):
+  """Holds one projection's kernel and bias under the published names."""
+  kernel_shape: tuple
+  bias_shape: tuple
+  kernel_init: Any
+
+  @nn.compact
+  def __call__(self) -> tuple:
+    kernel = self.param('kernel', self.kernel_init, self.kernel_shape)
+    bias = self.param('bias', nn.initializers.zeros, self.bias_shape)
+    return kernel, bias
+
+
+class MultiHeadDotProductAttention(nn.Module):
+  """Self-attention whose parameters match flax's MultiHeadDotProductAttention.
+
+  Query, key and value projections are fused into one matmul at compute time;
+  the stored parameters keep the separate query/key/value/out layout.
+  """
+  num_heads: int
+  dtype: Any = jnp.float32
+  dropout_rate: float = 0.0
+  deterministic: bool = True
+  implementation: str = 'xla'
+  pad_multiple: int = 64
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    features = x.shape[-1]
+    if features % self.num_heads:
+      raise ValueError(f'Hidden size {features} is not divisible by '
+                       f'num_heads={self.num_heads}.')
+    heads, head_dim = self.num_heads, features // self.num_heads
+    xavier = nn.initializers.xavier_uniform()
+    in_init = _split_heads_init(xavier, heads, head_dim, axis=1)
+    out_init = _split_heads_init(xavier, heads, head_dim, axis=0)
+    qkv_params = [
+        _Projection((features, heads, head_dim), (heads, head_dim), in_init,
+                    name=name)() for name in ('query', 'key', 'value')
+    ]
+    w_qkv = jnp.stack([w for w, _ in qkv_params], axis=1).astype(self.dtype)
+    b_qkv = jnp.stack([b for _, b in qkv_params], axis=0).astype(self.dtype)
+    qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv)
+    qkv = qkv + b_qkv[:, None, None]
+    q, k, v = qkv[0], qkv[1], qkv[2]
+
+    impl = resolve_implementation(self.implementation, self.dtype)
+    if self.dropout_rate > 0 and not self.deterministic:
+      impl = 'xla'  # the fused kernels have no attention dropout
+    if impl == 'cudnn':
+      out = _cudnn_attention(q, k, v, self.pad_multiple)
+    else:
+      out = self._xla_attention(q, k, v, head_dim)
+
+    w_out, b_out = _Projection((heads, head_dim, features), (features,),
+                               out_init, name='out')()
+    y = jnp.einsum('bshk,hkd->bsd', out, w_out.astype(self.dtype))
+    return y + b_out.astype(self.dtype)
+
+  def _xla_attention(self, q, k, v, head_dim: int) -> jax.Array:
+    """Plain softmax attention; records the weights for visualisation."""
+    logits = jnp.einsum('bqhk,bshk->bhqs', q, k) / jnp.sqrt(
+        jnp.asarray(head_dim, q.dtype))
+    weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    self.sow('intermediates', 'attention_weights', weights)
+    weights = weights.astype(self.dtype)
+    if self.dropout_rate > 0 and not self.deterministic:
+      weights = nn.Dropout(self.dropout_rate)(weights, deterministic=False)
+    return jnp.einsum('bhqs,bshk->bqhk', weights, v)

@@ -1,0 +1,84 @@
+"""BiT-style ResNet parts of the hybrid: weight-standardised convs and GroupNorm."""
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+def weight_standardize(w: jax.Array, axis: Sequence[int], eps: float) -> jax.Array:
+  """Normalises a conv kernel to zero mean and unit variance per output channel."""
+  w = w - jnp.mean(w, axis=axis, keepdims=True)
+  return w / jnp.sqrt(jnp.var(w, axis=axis, keepdims=True) + eps)
+
+
+class StdConv(nn.Conv):
+  """A bias-free convolution whose kernel is weight-standardised at every call."""
+
+  def param(self, name: str, *args, **kwargs):
+    value = super().param(name, *args, **kwargs)
+    if name == 'kernel':
+      # Standardise in float32: bf16 variance would lose the small kernels.
+      value = weight_standardize(value.astype(jnp.float32), axis=(0, 1, 2),
+                                 eps=1e-5)
+    return value
+
+
+class ResidualUnit(nn.Module):
+  """Bottleneck unit: 1x1 -> 3x3 (strided) -> 1x1, GroupNorm after each conv."""
+  features: int
+  strides: tuple = (1, 1)
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    conv = lambda f, k, s, name: StdConv(  # noqa: E731
+        f, k, strides=s, use_bias=False, dtype=self.dtype, name=name)
+    norm = lambda name, **kw: nn.GroupNorm(dtype=self.dtype, name=name, **kw)  # noqa: E731
+    out = self.features * 4
+    residual = x
+    if x.shape[-1] != out or tuple(self.strides) != (1, 1):
+      residual = conv(out, (1, 1), self.strides, 'conv_proj')(residual)
+      residual = norm('gn_proj')(residual)
+    y = nn.relu(norm('gn1')(conv(self.features, (1, 1), (1, 1), 'conv1')(x)))
+    y = nn.relu(norm('gn2')(conv(self.features, (3, 3), self.strides,
+                                 'conv2')(y)))
+    # Zero-initialised last norm: each unit starts as the identity.
+    y = norm('gn3', scale_init=nn.initializers.zeros)(
+        conv(out, (1, 1), (1, 1), 'conv3')(y))
+    return nn.relu(residual + y)
+
+
+class ResNetStage(nn.Module):
+  """A stage of `block_size` units; the first one may downsample."""
+  block_size: int
+  nout: int
+  first_stride: tuple
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    for i in range(self.block_size):
+      stride = self.first_stride if i == 0 else (1, 1)
+      x = ResidualUnit(self.nout, strides=stride, dtype=self.dtype,
+                       name=f'unit{i + 1}')(x)
+    return x
+
+
+def apply_resnet(x: jax.Array, num_layers: Sequence[int], width_factor: float,
+                 dtype: Any) -> jax.Array:
+  """Runs the hybrid's root block and stages; call from a compact method.
+
+  The parameters (conv_root, gn_root, block1, ...) then sit at the top level of
+  the calling module, as in the published checkpoints.
+  """
+  width = int(64 * width_factor)
+  x = StdConv(width, (7, 7), strides=(2, 2), use_bias=False, dtype=dtype,
+              name='conv_root')(x)
+  x = nn.relu(nn.GroupNorm(dtype=dtype, name='gn_root')(x))
+  x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
+  for i, block_size in enumerate(num_layers):
+    x = ResNetStage(block_size, nout=width * 2**i,
+                    first_stride=(1, 1) if i == 0 else (2, 2), dtype=dtype,
+                    name=f'block{i + 1}')(x)
+  return x
