@@ -16,6 +16,7 @@ INSTALL_REQUIRES = [
     'pillow',
     'scikit-learn',  # ships the embedded 8x8 digits
     'scipy',
+    'tensorboard',  # clu's TensorBoard writer
     'tensorflow-cpu; platform_machine != "arm64" and platform_machine != "aarch64"',
     'tensorflow; platform_machine == "arm64" or platform_machine == "aarch64"',
     'tensorflow-datasets',
