@@ -20,8 +20,11 @@ def get_base_config() -> ml_collections.ConfigDict:
       'dropout_rate': -1.0,        # -1: keep the preset's
       'head_bias_init': 0.0,
   })
-  # Start from a checkpoint in the published .npz layout ('' = from scratch).
+  # Start from a checkpoint in the published .npz layout ('' = from scratch):
+  # pretrained_path, or else pretrained_dir/<model_name>.npz (the original's
+  # semantics, e.g. gs://vit_models/imagenet21k).
   c.pretrained_path = ''
+  c.pretrained_dir = ''
 
   # Data.
   c.dataset = 'cifar10'
