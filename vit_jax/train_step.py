@@ -20,6 +20,12 @@ class TrainState:
   rng: jax.Array
 
 
+def global_norm(tree: Any) -> jax.Array:
+  """L2 norm of all leaves of a pytree together."""
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32)))
+                      for x in jax.tree.leaves(tree)))
+
+
 def loss_fn(logits: jax.Array, labels: jax.Array, kind: str) -> jax.Array:
   """Per-example loss: softmax cross-entropy or sigmoid cross-entropy summed over classes."""
   if kind == 'softmax_xent':
@@ -79,7 +85,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
       (loss, grads), _ = jax.lax.scan(
           body, zeros, (jnp.arange(accum), split(images), split(labels)))
       loss, grads = jax.tree.map(lambda x: x / accum, (loss, grads))
-    grad_norm = optax.global_norm(grads)
+    grad_norm = global_norm(grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {'train_loss': loss, 'grad_norm': grad_norm}

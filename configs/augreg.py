@@ -1,0 +1,37 @@
+"""Fine-tuning an AugReg checkpoint ("How to train your ViT?") by its file name.
+
+  python -m vit_jax.main \
+    --config=configs/augreg.py:B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0,cifar10 \
+    --workdir=DIR
+
+The file name's first part names the model (Ti_16, S_32, B_16, L_16, R_Ti_16,
+R26_S_32, ...); the checkpoint is gs://vit_models/augreg/NAME.npz unless
+--config.pretrained_path names a local copy.
+"""
+from configs import common
+from configs import recipes
+
+AUGREG_DIR = 'gs://vit_models/augreg'
+
+
+def augreg_model(filename: str) -> str:
+  """The preset of an AugReg file name: 'R26_S_32-i21k-...' -> 'R26+ViT-S_32'."""
+  head = filename.split('-')[0]
+  if head.startswith('R_'):
+    name = 'R+ViT-' + head[2:]
+  elif head.startswith('R26_') or head.startswith('R50_'):
+    name = head[:3] + '+ViT-' + head[4:]
+  else:
+    name = 'ViT-' + head
+  return recipes.model_name(name)
+
+
+def get_config(arg: str = 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0,cifar10'):
+  """Returns the fine-tuning config for 'AUGREG_FILENAME,DATASET'."""
+  filename, _, dataset = arg.partition(',')
+  filename = filename.removesuffix('.npz')
+  c = common.get_base_config()
+  c.model_name = augreg_model(filename)
+  recipes.apply_finetune(c, dataset or 'cifar10')
+  c.pretrained_path = f'{AUGREG_DIR}/{filename}.npz'
+  return c

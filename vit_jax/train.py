@@ -1,0 +1,334 @@
+"""The sharded trainer: one code path for pre-training and fine-tuning on 1..N hosts."""
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from vit_jax import checkpoint
+from vit_jax import checkpointing
+from vit_jax import flops
+from vit_jax import input_pipeline
+from vit_jax import metrics as metrics_lib
+from vit_jax import models
+from vit_jax import optim
+from vit_jax import sharding
+from vit_jax import train_step as train_step_lib
+
+PARAMS_FILE = 'params.npz'
+CONFIG_FILE = 'config.json'
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a scheduler expects
+
+# Model fields whose config value means "keep the preset's".
+_KEEP = {'num_classes': -1, 'representation_size': -1, 'dropout_rate': -1.0}
+_VIT_ONLY = {'attention': 'xla', 'remat': False, 'stochastic_depth': 0.0,
+             'head_bias_init': 0.0}
+
+
+class Preempted(Exception):
+  """Raised after a preemption signal once a checkpoint is safely on disk."""
+
+
+class NonFiniteError(RuntimeError):
+  """Raised when the loss or the gradients stop being finite."""
+
+
+def model_overrides(config: ml_collections.ConfigDict,
+                    num_classes: int) -> dict:
+  """get_model keyword overrides from config.model (sentinels dropped)."""
+  out = {}
+  is_mixer = models.is_mixer(models.get_model_config(config.model_name))
+  for key, value in config.model.to_dict().items():
+    if key in _KEEP and value == _KEEP[key]:
+      continue
+    if is_mixer and key in _VIT_ONLY and value == _VIT_ONLY[key]:
+      continue
+    if key == 'representation_size':
+      value = value or None
+    out[key] = value
+  out['num_classes'] = out.get('num_classes', num_classes)
+  return out
+
+
+def model_fields(model) -> dict:
+  """The architecture fields of a built model (what checkpoint/flops tools read)."""
+  names = ('hidden_size', 'patches', 'transformer', 'resnet', 'classifier',
+           'representation_size', 'num_classes', 'hidden_dim', 'num_blocks',
+           'tokens_mlp_dim', 'channels_mlp_dim')
+  return {n: getattr(model, n) for n in names if hasattr(model, n)}
+
+
+def build_model(config: ml_collections.ConfigDict, num_classes: int):
+  """The flax module the config describes."""
+  return models.get_model(config.model_name,
+                          **model_overrides(config, num_classes))
+
+
+def pretrained_file(config: ml_collections.ConfigDict) -> str:
+  """The .npz to start from: pretrained_path, or pretrained_dir/MODEL.npz ('' = none)."""
+  if config.pretrained_path:
+    return config.pretrained_path
+  if config.get('pretrained_dir'):
+    return os.path.join(config.pretrained_dir, f'{config.model_name}.npz')
+  return ''
+
+
+def check_config(config: ml_collections.ConfigDict, mesh) -> None:
+  """Catches batch/device mismatches before anything is compiled or written."""
+  batch_devices = mesh.size
+  for key in ('batch', 'batch_eval', 'accum_steps', 'total_steps'):
+    if config[key] < 1:
+      raise ValueError(f'config.{key}={config[key]} must be positive.')
+  if config.batch % config.accum_steps:
+    raise ValueError(f'config.batch={config.batch} is not divisible by '
+                     f'config.accum_steps={config.accum_steps}.')
+  micro = config.batch // config.accum_steps
+  if micro % batch_devices:
+    raise ValueError(
+        f'config.batch={config.batch} / accum_steps={config.accum_steps} = '
+        f'{micro} is not divisible by the {batch_devices} devices; use a batch '
+        f'that is a multiple of {batch_devices * config.accum_steps}.')
+  if config.batch_eval % batch_devices:
+    raise ValueError(f'config.batch_eval={config.batch_eval} is not divisible '
+                     f'by the {batch_devices} devices.')
+
+
+def prepare_workdir(workdir: str) -> None:
+  """Creates the workdir and proves it is writable, with a one-line error if not."""
+  probe = os.path.join(workdir, f'.write_probe_{jax.process_index()}')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise ValueError(f'--workdir={workdir} is not writable ({e.strerror}); '
+                     'choose a directory you can write to.') from None
+
+
+def _to_host(tree: Any) -> Any:
+  """Fetches a possibly sharded pytree to numpy on every process."""
+  if all(x.is_fully_addressable for x in jax.tree.leaves(tree)):
+    return jax.device_get(tree)
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return multihost_utils.process_allgather(tree, tiled=True)
+
+
+class _SignalFlag:
+  """Records SIGTERM so the loop can save a checkpoint at the next step."""
+
+  def __init__(self):
+    self.raised = False
+    self._previous = None
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    logging.warning('SIGTERM received: saving a checkpoint at the next step.')
+    self.raised = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+def evaluate(eval_fn, params, eval_data) -> dict:
+  """Runs one full pass over the eval split; every example counted once."""
+  totals = None
+  for batch in eval_data:
+    out = eval_fn(params, batch)
+    totals = out if totals is None else jax.tree.map(jnp.add, totals, out)
+  totals = jax.device_get(totals)
+  count = float(totals['count'])
+  return {'accuracy_test': float(totals['correct']) / max(count, 1.0),
+          'loss_test': float(totals['loss']) / max(count, 1.0),
+          'eval_examples': count}
+
+
+def _format_eta(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  h, rem = divmod(seconds, 3600)
+  m, s = divmod(rem, 60)
+  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict,
+                       workdir: str) -> dict:
+  """Trains (resuming from workdir if it holds checkpoints) and returns final metrics."""
+  prepare_workdir(workdir)
+  mesh = sharding.make_mesh(config.mesh)
+  check_config(config, mesh)
+  info = input_pipeline.get_dataset_info(config)
+  model = build_model(config, info.num_classes)
+  schedule = optim.make_schedule(config)
+  tx = optim.make_optimizer(config)
+  res = config.pp.crop
+  image_shape = (1, res, res, 3)
+
+  rng = jax.random.PRNGKey(config.seed)
+  init_fn = lambda r: train_step_lib.init_state(model, tx, r, image_shape)  # noqa: E731
+  abstract = jax.eval_shape(init_fn, rng)
+  state_shardings = sharding.tree_shardings(abstract, mesh, config)
+  abstract = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      abstract, state_shardings)
+
+  ckpt = checkpointing.StateCheckpointer(workdir, config.keep_checkpoints)
+  writer = metrics_lib.make_writer(workdir)
+  start_step = ckpt.latest_step()
+  if start_step is not None:
+    logging.info('Resuming from %s/%d.', ckpt.directory, start_step)
+    state = ckpt.restore(start_step, abstract)
+  else:
+    start_step = 0
+    state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
+    path = pretrained_file(config)
+    if path:
+      state = _load_pretrained_into(state, path, model, state_shardings, tx)
+    if jax.process_index() == 0:
+      with open(os.path.join(workdir, CONFIG_FILE), 'w') as f:
+        f.write(config.to_json_best_effort(indent=2))
+
+  step_fn = jax.jit(
+      train_step_lib.make_train_step(model, tx, config, schedule),
+      in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+      out_shardings=(state_shardings, None), donate_argnums=0)
+  eval_fn = jax.jit(train_step_lib.make_eval_step(model, config.loss),
+                    in_shardings=(state_shardings.params,
+                                  sharding.batch_sharding(mesh)))
+  eval_data = input_pipeline.make_eval_iterator(config, mesh)
+  hooks = _Hooks(config, model, mesh, writer, eval_data)
+
+  flops_per_image = flops.model_flops_per_image(model_fields(model), res,
+                                                train=True)
+  peak = flops.device_peak_flops()
+  total = config.total_steps
+  final = {}
+  with _SignalFlag() as sigterm:
+    train_iter = input_pipeline.make_train_iterator(config, mesh,
+                                                    start_step=start_step)
+    pending = []  # device metrics since the last log line
+    t0, steps_timed = None, 0
+    for step in range(start_step + 1, total + 1):
+      batch = next(train_iter)
+      state, step_metrics = step_fn(state, batch)
+      pending.append(step_metrics)
+      if t0 is None:  # exclude compilation from the throughput
+        jax.block_until_ready(step_metrics)
+        t0, steps_timed = time.time(), 0
+      else:
+        steps_timed += 1
+      is_last = step == total
+      if step % config.log_every == 0 or is_last:
+        host = jax.device_get(pending)
+        pending = []
+        _check_finite(host, step - len(host) + 1, ckpt)
+        scalars = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
+        scalars['learning_rate'] = float(host[-1]['learning_rate'])
+        elapsed = time.time() - t0
+        if steps_timed:
+          img_sec = config.batch * steps_timed / elapsed
+          scalars['img_sec_core'] = img_sec / jax.device_count()
+          if peak:
+            scalars['mfu'] = img_sec * flops_per_image / (
+                peak * jax.device_count())
+        writer.write_scalars(step, scalars)
+        eta = elapsed / max(steps_timed, 1) * (total - step)
+        logging.info('step %d/%d (%.1f%%) loss %.4f lr %.3g%s ETA %s', step,
+                     total, 100 * step / total, scalars['train_loss'],
+                     scalars['learning_rate'],
+                     f" {scalars['img_sec_core']:.1f} img/s/core"
+                     if 'img_sec_core' in scalars else '', _format_eta(eta))
+      if (config.eval_every and step % config.eval_every == 0) or is_last:
+        final = evaluate(eval_fn, state.params, eval_data)
+        writer.write_scalars(step, {k: v for k, v in final.items()
+                                    if k != 'eval_examples'})
+        logging.info('step %d: accuracy_test %.4f loss_test %.4f (%d examples)',
+                     step, final['accuracy_test'], final['loss_test'],
+                     final['eval_examples'])
+      hooks.after_step(step, state, is_last)
+      preempted = sigterm.raised or ckpt.reached_preemption(step)
+      if (config.checkpoint_every and step % config.checkpoint_every == 0
+          ) or is_last or preempted:
+        if pending:  # never checkpoint a state that went non-finite
+          host = jax.device_get(pending)
+          _check_finite(host, step - len(host) + 1, ckpt)
+        ckpt.save(step, state, force=preempted)
+      if preempted:
+        ckpt.close()
+        writer.flush()
+        raise Preempted(f'Preempted at step {step}: checkpoint saved in '
+                        f'{ckpt.directory}; run the same command again to '
+                        'resume.')
+  ckpt.close()
+  params = _to_host(state.params)
+  if jax.process_index() == 0:
+    checkpoint.save(params, os.path.join(workdir, PARAMS_FILE))
+  writer.flush()
+  final['step'] = total
+  return final
+
+
+def _check_finite(host_metrics: list, first_step: int,
+                  ckpt: checkpointing.StateCheckpointer) -> None:
+  """Stops the run at the first step whose loss or gradient norm is NaN/Inf."""
+  for i, m in enumerate(host_metrics):
+    if not (np.isfinite(m['train_loss']) and np.isfinite(m['grad_norm'])):
+      ckpt.close()
+      last = ckpt.latest_step()
+      raise NonFiniteError(
+          f'Non-finite loss ({m["train_loss"]}) or gradient norm '
+          f'({m["grad_norm"]}) at step {first_step + i}; stopped. The last good '
+          f'checkpoint is step {last} in {ckpt.directory}: lower base_lr or '
+          'check the data.')
+
+
+def _load_pretrained_into(state, path: str, model, state_shardings, tx):
+  """Replaces freshly initialised parameters by a published/exported .npz."""
+  init_params = _to_host(state.params)
+  params = checkpoint.load_pretrained(pretrained_path=path,
+                                      init_params=init_params,
+                                      model_config=model_fields(model))
+  params = jax.device_put(params, state_shardings.params)
+  opt_state = jax.jit(tx.init, out_shardings=state_shardings.opt_state)(params)
+  logging.info('Initialised parameters from %s.', path)
+  return state.replace(params=params, opt_state=opt_state)
+
+
+class _Hooks:
+  """Periodic extras: few-shot evaluation and TensorBoard images."""
+
+  def __init__(self, config, model, mesh, writer, eval_data):
+    self._config, self._writer = config, writer
+    self._fewshot = None
+    if config.fewshot.every and config.fewshot.datasets:
+      from vit_jax import fewshot  # pylint: disable=g-import-not-at-top
+      self._fewshot = fewshot.FewShotEvaluator(config, model, mesh)
+    self._model = model
+    self._eval_data = eval_data
+
+  def after_step(self, step: int, state, is_last: bool) -> None:
+    cfg = self._config
+    if self._fewshot and (step % cfg.fewshot.every == 0 or is_last):
+      results = self._fewshot.run(state.params)
+      self._writer.write_scalars(step, results)
+      logging.info('step %d: %s', step, json.dumps(results))
+    if cfg.log_images and cfg.eval_every and (
+        step % cfg.eval_every == 0 or is_last) and jax.process_index() == 0:
+      from vit_jax import visualize  # pylint: disable=g-import-not-at-top
+      params = _to_host(state.params)
+      sample = next(iter(self._eval_data))['image']
+      local = np.asarray(sample.addressable_shards[0].data)[:4]
+      images = visualize.summary_images(self._model, params, local)
+      self._writer.write_images(step, images)
