@@ -16,7 +16,8 @@ __all__ = ['MODEL_CONFIGS', 'get_model', 'get_model_config', 'VisionTransformer'
 # Fields beyond the architecture that every ViT accepts.
 _VIT_EXTRA = ('num_classes', 'representation_size', 'classifier',
               'head_bias_init', 'dtype', 'attention', 'remat',
-              'stochastic_depth', 'resnet')
+              'stochastic_depth', 'resnet', 'attention_pad_multiple',
+              'scan_layers', 'patch_embedding')
 _MIXER_EXTRA = ('num_classes', 'dtype')
 _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16,
            'float16': jnp.float16}

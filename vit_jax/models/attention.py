@@ -19,24 +19,39 @@ def _split_heads_init(base_init, num_heads: int, head_dim: int, axis: int):
   return init
 
 
-def resolve_implementation(implementation: str, dtype: Any) -> str:
-  """Picks the concrete attention kernel for 'auto' on the current backend."""
+def _cudnn_supported(dtype: Any, head_dim: int) -> bool:
+  """Whether cuDNN flash attention can run this dtype and head size here."""
+  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+  return (half and jax.default_backend() == 'gpu' and head_dim % 8 == 0
+          and head_dim <= 128)
+
+
+def resolve_implementation(implementation: str, dtype: Any,
+                           head_dim: int = 64) -> str:
+  """Picks the concrete attention kernel for 'auto'; checks 'cudnn' can run."""
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f'Unknown attention implementation {implementation!r}; '
                      f'use one of {IMPLEMENTATIONS}.')
-  if implementation != 'auto':
-    return implementation
-  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-  return 'cudnn' if half and jax.default_backend() == 'gpu' else 'xla'
+  supported = _cudnn_supported(dtype, head_dim)
+  if implementation == 'auto':
+    return 'cudnn' if supported else 'xla'
+  if implementation == 'cudnn' and not supported:
+    raise ValueError(
+        f"attention='cudnn' needs a GPU, a bfloat16/float16 compute dtype and "
+        f'a head size that is a multiple of 8 up to 128 (have backend='
+        f'{jax.default_backend()}, dtype={jnp.dtype(dtype).name}, head size '
+        f"{head_dim}); use attention='auto' or 'xla'.")
+  return implementation
 
 
 def _cudnn_attention(q, k, v, pad_multiple: int):
-  """cuDNN fused attention; pads the sequence and masks the padded keys."""
+  """cuDNN fused attention, optionally padding the sequence (padded keys masked)."""
   seq = q.shape[1]
   padded = -(-seq // pad_multiple) * pad_multiple
-  if padded != seq:
-    pad = [(0, 0), (0, padded - seq), (0, 0), (0, 0)]
-    q, k, v = (jnp.pad(t, pad) for t in (q, k, v))
+  if padded == seq:
+    return jax.nn.dot_product_attention(q, k, v, implementation='cudnn')
+  pad = [(0, 0), (0, padded - seq), (0, 0), (0, 0)]
+  q, k, v = (jnp.pad(t, pad) for t in (q, k, v))
   lengths = jnp.full((q.shape[0],), seq, dtype=jnp.int32)
   out = jax.nn.dot_product_attention(
       q, k, v, key_value_seq_lengths=lengths, implementation='cudnn')
@@ -67,7 +82,8 @@ class MultiHeadDotProductAttention(nn.Module):
   dropout_rate: float = 0.0
   deterministic: bool = True
   implementation: str = 'xla'
-  pad_multiple: int = 64
+  # cuDNN pads the token axis to a multiple of this (1 = no padding).
+  pad_multiple: int = 1
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -76,6 +92,9 @@ class MultiHeadDotProductAttention(nn.Module):
       raise ValueError(f'Hidden size {features} is not divisible by '
                        f'num_heads={self.num_heads}.')
     heads, head_dim = self.num_heads, features // self.num_heads
+    if not isinstance(self.pad_multiple, int) or self.pad_multiple < 1:
+      raise ValueError(f'attention pad multiple must be an int >= 1, got '
+                       f'{self.pad_multiple!r}.')
     xavier = nn.initializers.xavier_uniform()
     in_init = _split_heads_init(xavier, heads, head_dim, axis=1)
     out_init = _split_heads_init(xavier, heads, head_dim, axis=0)
@@ -89,7 +108,7 @@ class MultiHeadDotProductAttention(nn.Module):
     qkv = qkv + b_qkv[:, None, None]
     q, k, v = qkv[0], qkv[1], qkv[2]
 
-    impl = resolve_implementation(self.implementation, self.dtype)
+    impl = resolve_implementation(self.implementation, self.dtype, head_dim)
     if self.dropout_rate > 0 and not self.deterministic:
       impl = 'xla'  # the fused kernels have no attention dropout
     if impl == 'cudnn':

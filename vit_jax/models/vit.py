@@ -9,6 +9,59 @@ from vit_jax.models import attention as attention_lib
 from vit_jax.models import resnet
 
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
+PATCH_EMBEDDINGS = ('matmul', 'conv')
+# Rematerialisation: 'full' saves only each block's input; 'dots' also keeps
+# the outputs of the weight matmuls, recomputing attention and elementwise ops.
+_POLICY_FNS = {
+    'full': jax.checkpoint_policies.nothing_saveable,
+    'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+REMAT_POLICIES = ('none',) + tuple(_POLICY_FNS)
+
+
+def remat_policy(remat: Any) -> str:
+  """Normalises the `remat` field (bool or policy name) to a policy name."""
+  if remat is False or remat is None:
+    return 'none'
+  if remat is True:
+    return 'full'
+  if remat not in REMAT_POLICIES:
+    raise ValueError(f'Unknown remat {remat!r}; use a bool or one of '
+                     f'{REMAT_POLICIES}.')
+  return remat
+
+
+class PatchEmbedding(nn.Module):
+  """Non-overlapping patches projected to `features`, as nn.Conv's parameters.
+
+  'matmul' cuts the patches with a reshape and runs one matmul; 'conv' runs a
+  strided convolution. Both keep the (ph, pw, in, out) kernel and the bias.
+  """
+  features: int
+  patch: tuple
+  dtype: Any = jnp.float32
+  method: str = 'matmul'
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    if self.method not in PATCH_EMBEDDINGS:
+      raise ValueError(f'Unknown patch_embedding {self.method!r}; use one of '
+                       f'{PATCH_EMBEDDINGS}.')
+    ph, pw = self.patch
+    n, h, w, c = x.shape
+    kernel = self.param('kernel', nn.initializers.lecun_normal(),
+                        (ph, pw, c, self.features)).astype(self.dtype)
+    bias = self.param('bias', nn.initializers.zeros, (self.features,))
+    x = x.astype(self.dtype)
+    if self.method == 'conv':
+      y = jax.lax.conv_general_dilated(
+          x, kernel, (ph, pw), 'VALID',
+          dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+    else:
+      x = x.reshape(n, h // ph, ph, w // pw, pw, c).transpose(0, 1, 3, 2, 4, 5)
+      y = x.reshape(n, h // ph, w // pw, ph * pw * c) @ kernel.reshape(
+          ph * pw * c, self.features)
+    return y + bias.astype(self.dtype)
 
 
 class AddPositionEmbs(nn.Module):
@@ -46,15 +99,18 @@ class MlpBlock(nn.Module):
     return nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
 
 
-def drop_path(module: nn.Module, x: jax.Array, rate: float,
+def drop_path(module: nn.Module, x: jax.Array, rate: Any,
               deterministic: bool) -> jax.Array:
-  """Stochastic depth: zeroes a residual branch per example, rescaling the rest."""
-  if deterministic or rate == 0.0:
+  """Stochastic depth: zeroes a residual branch per example, rescaling the rest.
+
+  `rate` is a Python float, or a traced scalar when the layers run under scan.
+  """
+  if deterministic or (isinstance(rate, (int, float)) and rate == 0.0):
     return x
-  keep = 1.0 - rate
+  keep = 1.0 - jnp.asarray(rate, jnp.float32)
   mask = jax.random.bernoulli(module.make_rng('dropout'), keep,
                               (x.shape[0],) + (1,) * (x.ndim - 1))
-  return jnp.where(mask, x / keep, jnp.zeros_like(x))
+  return jnp.where(mask, x / keep.astype(x.dtype), jnp.zeros_like(x))
 
 
 class Encoder1DBlock(nn.Module):
@@ -67,9 +123,12 @@ class Encoder1DBlock(nn.Module):
   stochastic_depth: float = 0.0
   deterministic: bool = True
   attention: str = 'xla'
+  attention_pad_multiple: int = 1
 
   @nn.compact
-  def __call__(self, inputs: jax.Array) -> jax.Array:
+  def __call__(self, inputs: jax.Array, drop_rate: Any = None) -> jax.Array:
+    """Applies the block; `drop_rate` (scan) overrides `stochastic_depth`."""
+    rate = self.stochastic_depth if drop_rate is None else drop_rate
     norm = lambda name: nn.LayerNorm(  # noqa: E731
         epsilon=1e-6, dtype=self.dtype, name=name)
     x = norm('LayerNorm_0')(inputs)
@@ -77,18 +136,24 @@ class Encoder1DBlock(nn.Module):
         num_heads=self.num_heads, dtype=self.dtype,
         dropout_rate=self.attention_dropout_rate,
         deterministic=self.deterministic, implementation=self.attention,
+        pad_multiple=self.attention_pad_multiple,
         name='MultiHeadDotProductAttention_0')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
-    x = inputs + drop_path(self, x, self.stochastic_depth, self.deterministic)
+    x = inputs + drop_path(self, x, rate, self.deterministic)
     y = norm('LayerNorm_1')(x)
     y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype,
                  dropout_rate=self.dropout_rate,
                  deterministic=self.deterministic, name='MlpBlock_0')(y)
-    return x + drop_path(self, y, self.stochastic_depth, self.deterministic)
+    return x + drop_path(self, y, rate, self.deterministic)
 
 
 class Encoder(nn.Module):
-  """Position embedding, `num_layers` blocks and the final LayerNorm."""
+  """Position embedding, `num_layers` blocks and the final LayerNorm.
+
+  With `scan_layers` the blocks run under one lax.scan over parameters stacked
+  at compute time, so the stored tree keeps its encoderblock_{i} entries while
+  the compiled program holds a single block (much faster to compile for L/H).
+  """
   num_layers: int
   mlp_dim: int
   num_heads: int
@@ -97,25 +162,61 @@ class Encoder(nn.Module):
   add_position_embedding: bool = True
   dtype: Any = jnp.float32
   attention: str = 'xla'
-  remat: bool = False
+  attention_pad_multiple: int = 1
+  remat: Any = False
+  scan_layers: bool = False
   stochastic_depth: float = 0.0
+
+  def _block_kwargs(self, train: bool) -> dict:
+    return dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                dtype=self.dtype, dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                deterministic=not train, attention=self.attention,
+                attention_pad_multiple=self.attention_pad_multiple)
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
+    policy = remat_policy(self.remat)
     if self.add_position_embedding:
       x = AddPositionEmbs(name='posembed_input')(x)
       x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
-    block_cls = nn.remat(Encoder1DBlock) if self.remat else Encoder1DBlock
-    for i in range(self.num_layers):
-      # Stochastic depth grows linearly with depth, 0 at the first block.
-      rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
-      x = block_cls(
-          mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
-          dropout_rate=self.dropout_rate,
-          attention_dropout_rate=self.attention_dropout_rate,
-          stochastic_depth=rate, deterministic=not train,
-          attention=self.attention, name=f'encoderblock_{i}')(x)
+    # Stochastic depth grows linearly with depth, 0 at the first block.
+    rates = [self.stochastic_depth * i / max(self.num_layers - 1, 1)
+             for i in range(self.num_layers)]
+    if self.scan_layers and not self.is_initializing():
+      x = self._scan_blocks(x, rates, policy, train)
+    else:
+      block_cls = Encoder1DBlock
+      if policy != 'none':
+        block_cls = nn.remat(Encoder1DBlock, policy=_POLICY_FNS[policy])
+      for i, rate in enumerate(rates):
+        x = block_cls(stochastic_depth=rate, name=f'encoderblock_{i}',
+                      **self._block_kwargs(train))(x)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+
+  def _scan_blocks(self, x: jax.Array, rates: list, policy: str,
+                   train: bool) -> jax.Array:
+    """Runs the blocks under lax.scan over their stacked parameters."""
+    params = self.variables['params']
+    stacked = jax.tree.map(
+        lambda *leaves: jnp.stack(leaves),
+        *[params[f'encoderblock_{i}'] for i in range(self.num_layers)])
+    block = Encoder1DBlock(parent=None, **self._block_kwargs(train))
+    random = train and (self.dropout_rate > 0 or self.stochastic_depth > 0 or
+                        self.attention_dropout_rate > 0)
+    keys = (jax.random.split(self.make_rng('dropout'), self.num_layers)
+            if random else None)
+    drop = jnp.asarray(rates, jnp.float32) if self.stochastic_depth else None
+
+    def body(carry, layer):
+      p, key, rate = layer
+      rngs = {'dropout': key} if key is not None else {}
+      return block.apply({'params': p}, carry, rate, rngs=rngs), None
+
+    if policy != 'none':
+      body = jax.checkpoint(body, policy=_POLICY_FNS[policy], prevent_cse=False)
+    x, _ = jax.lax.scan(body, x, (stacked, keys, drop))
+    return x
 
 
 class VisionTransformer(nn.Module):
@@ -135,7 +236,10 @@ class VisionTransformer(nn.Module):
   model_name: Optional[str] = None
   dtype: Any = jnp.float32
   attention: str = 'xla'
-  remat: bool = False
+  attention_pad_multiple: int = 1
+  remat: Any = False            # bool, or a policy name from REMAT_POLICIES
+  scan_layers: bool = False
+  patch_embedding: str = 'matmul'
   stochastic_depth: float = 0.0
 
   @nn.compact
@@ -153,15 +257,17 @@ class VisionTransformer(nn.Module):
     if x.shape[1] % patch[0] or x.shape[2] % patch[1]:
       raise ValueError(f'Image/feature size {x.shape[1:3]} is not divisible '
                        f'by the patch size {patch}.')
-    x = nn.Conv(self.hidden_size, patch, strides=patch, padding='VALID',
-                dtype=self.dtype, name='embedding')(x)
+    x = PatchEmbedding(self.hidden_size, patch, dtype=self.dtype,
+                       method=self.patch_embedding, name='embedding')(x)
     n, h, w, c = x.shape
     x = jnp.reshape(x, (n, h * w, c))
     if self.classifier in ('token', 'token_unpooled'):
       cls = self.param('cls', nn.initializers.zeros, (1, 1, c))
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
     x = Encoder(name='Transformer', dtype=self.dtype, attention=self.attention,
-                remat=self.remat, stochastic_depth=self.stochastic_depth,
+                attention_pad_multiple=self.attention_pad_multiple,
+                remat=self.remat, scan_layers=self.scan_layers,
+                stochastic_depth=self.stochastic_depth,
                 **dict(self.transformer))(x, train=train)
     if self.classifier == 'token':
       x = x[:, 0]
