@@ -124,8 +124,8 @@ class ForwardTest(parameterized.TestCase):
       overrides = {'num_layers': 1}
     model = models.get_model(name, num_classes=5, **overrides)
     x = jax.random.uniform(jax.random.PRNGKey(1), (2, 64, 64, 3), minval=-1)
-    variables = model.init(jax.random.PRNGKey(0), x)
-    out = model.apply(variables, x)
+    variables = jax.jit(model.init)(jax.random.PRNGKey(0), x)
+    out = jax.jit(model.apply)(variables, x)
     self.assertTrue(np.all(np.isfinite(out)))
     # Zero-initialised head: logits start at the bias (0).
     np.testing.assert_allclose(out, 0.0)
@@ -134,7 +134,7 @@ class ForwardTest(parameterized.TestCase):
                        (192, 16))
 
   def _random_params(self, model, x):
-    variables = model.init(jax.random.PRNGKey(0), x)
+    variables = jax.jit(model.init)(jax.random.PRNGKey(0), x)
     leaves, treedef = jax.tree.flatten(variables)
     keys = jax.random.split(jax.random.PRNGKey(3), len(leaves))
     leaves = [l + 0.05 * jax.random.normal(k, l.shape) for l, k in
@@ -144,7 +144,7 @@ class ForwardTest(parameterized.TestCase):
   def test_head_bias_init(self):
     model = models.get_model('testing', num_classes=3, head_bias_init=-10.0)
     x = jnp.zeros((1, 32, 32, 3))
-    out = model.apply(model.init(jax.random.PRNGKey(0), x), x)
+    out = jax.jit(model.apply)(jax.jit(model.init)(jax.random.PRNGKey(0), x), x)
     np.testing.assert_allclose(out, -10.0)
 
   def test_bfloat16_close_to_float32(self):
@@ -153,14 +153,14 @@ class ForwardTest(parameterized.TestCase):
     f32 = models.get_model('ViT-Ti_16', **kw)
     bf16 = models.get_model('ViT-Ti_16', dtype='bfloat16', **kw)
     variables = self._random_params(f32, x)
-    out32 = f32.apply(variables, x)
-    out16 = bf16.apply(variables, x)
+    out32 = jax.jit(f32.apply)(variables, x)
+    out16 = jax.jit(bf16.apply)(variables, x)
     self.assertEqual(out16.dtype, jnp.float32)
     rel = np.linalg.norm(out16 - out32) / np.linalg.norm(out32)
     self.assertLess(rel, 0.05)
     # The parameter tree is unchanged by the compute dtype.
     self.assertEqual(
-        jax.tree.structure(bf16.init(jax.random.PRNGKey(0), x)),
+        jax.tree.structure(jax.eval_shape(bf16.init, jax.random.PRNGKey(0), x)),
         jax.tree.structure(variables))
 
   def test_attention_implementations_agree(self):
@@ -175,9 +175,9 @@ class ForwardTest(parameterized.TestCase):
       model = models.get_model('ViT-Ti_16', num_layers=2, dtype=dtype,
                                attention=impl)
       self.assertEqual(
-          jax.tree.structure(model.init(jax.random.PRNGKey(0), x)),
+          jax.tree.structure(jax.eval_shape(model.init, jax.random.PRNGKey(0), x)),
           jax.tree.structure(variables))
-      outs[impl] = model.apply(variables, x)
+      outs[impl] = jax.jit(model.apply)(variables, x)
     for impl in impls[1:]:
       np.testing.assert_allclose(outs[impl], outs['xla'], rtol=2e-2,
                                  atol=2e-2)
@@ -199,11 +199,11 @@ class ForwardTest(parameterized.TestCase):
                              remat=True)
     variables = self._random_params(plain, x)
     self.assertEqual(
-        jax.tree.structure(remat.init(jax.random.PRNGKey(0), x)),
+        jax.tree.structure(jax.eval_shape(remat.init, jax.random.PRNGKey(0), x)),
         jax.tree.structure(variables))
     loss = lambda m: lambda v: jnp.sum(m.apply(v, x)**2)  # noqa: E731
-    g1 = jax.grad(loss(plain))(variables)
-    g2 = jax.grad(loss(remat))(variables)
+    g1 = jax.jit(jax.grad(loss(plain)))(variables)
+    g2 = jax.jit(jax.grad(loss(remat)))(variables)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
@@ -212,11 +212,12 @@ class ForwardTest(parameterized.TestCase):
     model = models.get_model('ViT-Ti_16', num_layers=3, num_classes=0,
                              stochastic_depth=0.5)
     variables = self._random_params(model, x)
-    ev1 = model.apply(variables, x)
-    ev2 = model.apply(variables, x)
+    apply = jax.jit(model.apply, static_argnames='train')
+    ev1 = apply(variables, x)
+    ev2 = apply(variables, x)
     np.testing.assert_array_equal(ev1, ev2)
-    tr = model.apply(variables, x, train=True,
-                     rngs={'dropout': jax.random.PRNGKey(5)})
+    tr = apply(variables, x, train=True,
+               rngs={'dropout': jax.random.PRNGKey(5)})
     self.assertGreater(float(jnp.abs(tr - ev1).max()), 1e-3)
 
 
