@@ -1,4 +1,5 @@
 """Tests for .npz checkpoint interop: layout, round trips, fine-tune loading, errors."""
+import importlib.util
 import os
 import tempfile
 import zipfile
@@ -148,6 +149,8 @@ class SaveLoadTest(CheckpointTestCase):
     np.savez(self.path('linen.npz'), **_flat(params))  # AugReg-style names
     self.assertTreesEqual(checkpoint.load(self.path('linen.npz')), params)
 
+  @absltest.skipUnless(importlib.util.find_spec('tensorflow'),
+                       'remote paths go through tf.io.gfile')
   def test_remote_path_through_gfile(self):
     params = _random_params(models.get_model('testing', num_classes=5), 32)
     path = 'ram://vit_jax_test/p.npz'
