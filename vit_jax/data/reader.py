@@ -1,0 +1,129 @@
+"""Reads a TFDS split's serialized examples by position, straight from its TFRecord files.
+
+A split expression ('train[:800]+validation[:200]') resolves through TFDS to file
+instructions (file, skip, take); their concatenation numbers the split's examples 0..N-1 in
+a fixed order. Any range of those positions maps back to (file, skip, take) pieces, which
+tf.data reads with TFRecordDataset(file).skip(skip).take(take): reading a range costs at most
+one partial file beyond the range itself, and nothing is decoded.
+"""
+import dataclasses
+import os
+import numpy as np
+import tensorflow as tf
+
+from vit_jax.data import plan
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFiles:
+  """The TFRecord pieces of a split, in order, and where each starts in the split."""
+  paths: tuple[str, ...]
+  skips: tuple[int, ...]
+  takes: tuple[int, ...]
+
+  @property
+  def num_examples(self) -> int:
+    return sum(self.takes)
+
+  def pieces(self, start: int, end: int) -> tuple[list[str], list[int], list[int]]:
+    """Returns (paths, skips, takes) reading split positions [start, end) in order."""
+    paths, skips, takes = [], [], []
+    offset = 0
+    for path, skip, take in zip(self.paths, self.skips, self.takes):
+      lo, hi = max(start, offset), min(end, offset + take)
+      if lo < hi:
+        paths.append(path)
+        skips.append(skip + lo - offset)
+        takes.append(hi - lo)
+      offset += take
+    return paths, skips, takes
+
+
+def split_files(builder, split: str) -> SplitFiles:
+  """Resolves a split expression of a prepared TFDS builder to its TFRecord pieces."""
+  file_format = str(getattr(builder.info, 'file_format', 'tfrecord') or 'tfrecord')
+  if 'tfrecord' not in file_format.lower():
+    raise ValueError(
+        f'{builder.name} is prepared as {file_format}; vit_jax reads TFRecord files: '
+        f'prepare it again with `tfds build {builder.name} --file_format=tfrecord`')
+  try:
+    instructions = builder.info.splits[split].file_instructions
+  except (KeyError, ValueError, AssertionError) as e:
+    raise ValueError(f'Bad split {split!r} for {builder.name}: {e}; available splits: '
+                     f'{", ".join(builder.info.splits.keys())}') from None
+  return SplitFiles(
+      paths=tuple(os.fspath(i.filename) for i in instructions),
+      skips=tuple(int(i.skip) for i in instructions),
+      takes=tuple(int(i.take) for i in instructions))
+
+
+def read_pieces(paths, skips, takes) -> tf.data.Dataset:
+  """Returns the serialized records of (path, skip, take) pieces (tensors), concatenated."""
+  pieces = tf.data.Dataset.from_tensor_slices((paths, skips, takes))
+  return pieces.flat_map(lambda p, s, t: tf.data.TFRecordDataset(p).skip(s).take(t))
+
+
+def read_range(files: SplitFiles, start: int, end: int) -> tf.data.Dataset:
+  """Returns the serialized records of split positions [start, end), in order."""
+  paths, skips, takes = files.pieces(start, end)
+  return read_pieces(tf.constant(paths, tf.string, shape=[len(paths)]),
+                     tf.constant(skips, tf.int64, shape=[len(skips)]),
+                     tf.constant(takes, tf.int64, shape=[len(takes)]))
+
+
+def load_records(files: SplitFiles, start: int, end: int) -> np.ndarray:
+  """Reads split positions [start, end) into host memory: an object array of bytes."""
+  # dtype=object keeps each record's bytes intact; numpy's fixed-width bytes type would
+  # strip trailing zero bytes of serialized examples.
+  return np.array(list(read_range(files, start, end).as_numpy_iterator()), dtype=object)
+
+
+def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, seed: int,
+                 shard: int, start: int = 0, shuffle: bool = True,
+                 cache: bool = False) -> tf.data.Dataset:
+  """The endless stream of one virtual shard from stream position `start`.
+
+  Elements are {'record': serialized example, 'position': stream position, 'index': position
+  of the example in the split}. The reading order is vit_jax.data.plan's; with `cache` the
+  shard's records are read once into host memory instead of from disk for every segment.
+  """
+  lo, hi = bounds
+  n = hi - lo
+  records = load_records(files, lo, hi) if cache else None
+  first, skip = plan.locate(n, segment_size, seed, shard, start, shuffle)
+
+  def segment(q):
+    """Segment q as (position, split indices, pieces to read or records, order)."""
+    seg = plan.segment(n, segment_size, seed, shard, int(q), shuffle)
+    if q == first:
+      seg = seg.skip(skip)
+    offsets = seg.offsets()
+    if cache:
+      no_pieces = np.zeros([0], np.int64)
+      return (np.int64(seg.position), lo + offsets, records[offsets],
+              np.zeros([0], object), no_pieces, no_pieces, no_pieces)
+    pieces = [files.pieces(lo + a, lo + b) for a, b in seg.ranges]
+    return (np.int64(seg.position), lo + offsets, np.zeros([0], object),
+            np.array([p.encode() for r in pieces for p in r[0]], object),
+            np.array([s for r in pieces for s in r[1]], np.int64),
+            np.array([t for r in pieces for t in r[2]], np.int64),
+            seg.order.astype(np.int64))
+
+  def load(q):
+    position, index, cached, paths, skips, takes, order = tf.numpy_function(
+        segment, [q], [tf.int64, tf.int64, tf.string, tf.string, tf.int64, tf.int64,
+                       tf.int64])
+    if cache:
+      records = tf.reshape(cached, [-1])
+    else:
+      read = read_pieces(tf.reshape(paths, [-1]), tf.reshape(skips, [-1]),
+                         tf.reshape(takes, [-1]))
+      # A segment is loaded whole: its in-memory shuffle needs every record.
+      records = tf.gather(read.batch(segment_size + 1).get_single_element(), order)
+    index = tf.reshape(index, [-1])
+    count = tf.shape(index, out_type=tf.int64)[0]
+    return {'record': records, 'index': index,
+            'position': tf.reshape(position, []) + tf.range(count, dtype=tf.int64)}
+
+  # Loading the next segment overlaps with emitting the current one.
+  return tf.data.Dataset.counter(first).map(load).prefetch(1).unbatch()

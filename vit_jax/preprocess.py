@@ -1,0 +1,168 @@
+"""Per-example ops of the input pipeline: decode, crop, resize, flip, targets, mixup weights.
+
+All ops are TensorFlow and run inside tf.data on the host. Every random op is stateless and
+takes an explicit seed (an int64 [2] tensor), so an example's augmentation is a function of
+its seed alone: that is what makes the training stream reproducible and resumable.
+
+Images leave the host as uint8 (resized values rounded, as big_vision does): a quarter of the
+bytes of float32 to batch, copy and send to the devices. The map to float32 in [-1, 1] and
+mixup run on the devices (vit_jax.input_pipeline).
+
+Recipes (config.pp.train / config.pp.eval):
+  pretrain            inception crop (area pp.min_area..100%, aspect 3/4..4/3) to pp.crop,
+                      optional horizontal flip: the paper's pre-training recipe.
+  finetune_inception  the same inception crop, used for fine-tuning.
+  finetune            resize to pp.resize, random pp.crop crop, optional flip: the paper's
+                      fine-tuning recipe.
+  central_crop (eval) resize to pp.resize, central pp.crop crop.
+  resize (eval)       resize straight to pp.crop (the original vit_jax evaluation).
+Resizing squashes to a square like the original vit_jax; pp.keep_aspect resizes the shorter
+side instead.
+"""
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+TRAIN_RECIPES = ('pretrain', 'finetune', 'finetune_inception')
+EVAL_RECIPES = ('central_crop', 'resize')
+
+
+def decode(data: tf.Tensor, channels: int = 3) -> tf.Tensor:
+  """Decodes JPEG/PNG/GIF/BMP bytes to uint8 [H, W, channels] (grayscale becomes RGB)."""
+  image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+  image.set_shape([None, None, channels])
+  return image
+
+
+def _scale(image: tf.Tensor, scale: int) -> tf.Tensor:
+  return image if scale == 1 else image * tf.constant(scale, image.dtype)
+
+
+def _sample_box(image_shape: tf.Tensor, seed: tf.Tensor, min_area: float):
+  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      image_shape, bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
+      min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3),
+      area_range=(min_area, 1.0), use_image_if_no_bounding_boxes=True)
+  return begin, size
+
+
+def inception_crop(data: tf.Tensor, seed: tf.Tensor, min_area: float, size: int,
+                   channels: int = 3, scale: int = 1) -> tf.Tensor:
+  """Decodes a random crop of area min_area..1 and resizes it to float32 [size, size, C]."""
+
+  def jpeg():
+    # Decodes only the crop window: much less work than decoding the whole JPEG.
+    begin, crop = _sample_box(tf.image.extract_jpeg_shape(data), seed, min_area)
+    window = tf.stack([begin[0], begin[1], crop[0], crop[1]])
+    return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
+
+  def other():
+    image = decode(data, channels)
+    begin, crop = _sample_box(tf.shape(image), seed, min_area)
+    return tf.slice(image, begin, crop)
+
+  image = tf.cond(tf.io.is_jpeg(data), jpeg, other)
+  image.set_shape([None, None, channels])
+  return tf.image.resize(_scale(image, scale), [size, size])
+
+
+def resize(image: tf.Tensor, size: int, keep_aspect: bool = False) -> tf.Tensor:
+  """Resizes to float32 [size, size] or, with keep_aspect, the shorter side to size."""
+  if not keep_aspect:
+    return tf.image.resize(image, [size, size])
+  hw = tf.cast(tf.shape(image)[:2], tf.float32)
+  new_hw = tf.cast(tf.math.ceil(hw * (size / tf.reduce_min(hw))), tf.int32)
+  return tf.image.resize(image, tf.maximum(new_hw, size))
+
+
+def central_crop(image: tf.Tensor, size: int) -> tf.Tensor:
+  """Returns the central [size, size] window of an image at least that large."""
+  h, w = tf.shape(image)[0], tf.shape(image)[1]
+  return image[(h - size) // 2:(h - size) // 2 + size,
+               (w - size) // 2:(w - size) // 2 + size]
+
+
+def to_uint8(image: tf.Tensor) -> tf.Tensor:
+  """Rounds resized float pixels back to uint8."""
+  return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+
+
+def train_image(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1) -> tf.Tensor:
+  """Applies the pp.train recipe to encoded image bytes: uint8 [crop, crop, C]."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  channels = pp.num_channels
+  if pp.train in ('pretrain', 'finetune_inception'):
+    image = inception_crop(data, crop_seed, pp.min_area, pp.crop, channels, scale)
+  elif pp.train == 'finetune':
+    image = resize(_scale(decode(data, channels), scale), pp.resize, pp.get('keep_aspect'))
+    image = tf.image.stateless_random_crop(image, [pp.crop, pp.crop, channels], crop_seed)
+  else:
+    raise ValueError(f'config.pp.train={pp.train!r}; use one of {", ".join(TRAIN_RECIPES)}')
+  image = to_uint8(image)
+  if pp.flip:
+    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+  return image
+
+
+def eval_image(image: tf.Tensor, pp) -> tf.Tensor:
+  """Applies the pp.eval recipe to a decoded uint8 image: uint8 [crop, crop, C]."""
+  if pp.eval == 'resize':
+    out = resize(image, pp.crop)
+  elif pp.eval == 'central_crop':
+    out = central_crop(resize(image, pp.resize, pp.get('keep_aspect')), pp.crop)
+  else:
+    raise ValueError(f'config.pp.eval={pp.eval!r}; use one of {", ".join(EVAL_RECIPES)}')
+  out.set_shape([pp.crop, pp.crop, image.shape[-1]])
+  return to_uint8(out)
+
+
+def targets(label: tf.Tensor, num_classes: int, multi_hot: bool = False,
+            smoothing: float = 0.0) -> tf.Tensor:
+  """One-hot (or multi-hot for a label list) float32 [num_classes], optionally smoothed."""
+  if multi_hot:
+    y = tf.reduce_max(tf.one_hot(tf.reshape(label, [-1]), num_classes), axis=0)
+  else:
+    y = tf.one_hot(label, num_classes)
+  if smoothing:
+    y = y * (1.0 - smoothing) + smoothing / num_classes
+  return y
+
+
+def mixup_ratio(seed: tf.Tensor, alpha: float) -> tf.Tensor:
+  """Draws the mixing weight lambda ~ Beta(alpha, alpha) from a stateless seed."""
+  g = tf.random.stateless_gamma([2], seed=seed, alpha=alpha)
+  return g[0] / (g[0] + g[1])
+
+
+def _clevr_count(f):
+  return tf.size(f['objects']['size']) - 3
+
+
+def _clevr_distance(f):
+  dist = tf.reduce_min(f['objects']['pixel_coords'][:, 2])
+  thresholds = np.array([0.0, 8.0, 8.5, 9.0, 9.5, 10.0, 100.0], np.float32)
+  return tf.reduce_max(tf.where((thresholds - dist) < 0))
+
+
+def _kitti_distance(f):
+  vehicles = tf.where(f['objects']['type'] < 3)  # Car, Van, Truck.
+  z = tf.gather(f['objects']['location'][:, 2], vehicles)
+  dist = tf.reduce_min(tf.concat([z, tf.constant([[1000.0]])], axis=0))
+  # Three distance bins plus one for "no vehicle" (z = 1000).
+  thresholds = np.array([-100.0, 8.0, 20.0, 999.0], np.float32)
+  return tf.reduce_max(tf.where((thresholds - dist) < 0))
+
+
+def _binned(key: str, factor: float):
+  return lambda f: tf.cast(tf.math.floordiv(tf.cast(f[key], tf.float32), factor), tf.int64)
+
+
+# VTAB-1k labels derived from other features (as defined by google-research/task_adaptation).
+LABEL_FNS: dict[str, Callable[[dict], tf.Tensor]] = {
+    'clevr_count': _clevr_count,
+    'clevr_distance': _clevr_distance,
+    'kitti_distance': _kitti_distance,
+    'dsprites_location': _binned('label_x_position', 32 / 16),
+    'dsprites_orientation': _binned('label_orientation', 40 / 16),
+}
