@@ -43,10 +43,15 @@ def get_base_config() -> ml_collections.ConfigDict:
       'label_smoothing': 0.0,
       'multi_hot': False,         # multi-hot targets (sigmoid losses, ImageNet-21k)
       'num_channels': 3,          # images always reach the model with 3 channels
+      'keep_aspect': False,       # resize the shorter side to pp.resize instead of squashing
   })
   c.shuffle_buffer = 50_000
   c.prefetch = 2                  # batches prefetched to the devices
-  c.cache = False                 # cache decoded training images in memory (small data)
+  c.cache = False                 # keep this process's training records in memory (small data)
+  # Virtual shards of the training split: the global batch of a step is the same on any
+  # number of processes dividing data_shards (must divide batch). Changing it changes the
+  # data order, so keep it fixed for a run and its resumptions.
+  c.data_shards = 8
 
   # Batch and schedule (durations in steps).
   c.batch = 512
