@@ -1,0 +1,219 @@
+"""Tests of the tf.data pipelines (vit_jax.input_pipeline) and the shard read plans."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import numpy as np
+
+from tests import tfds_testdata
+from vit_jax import datasets
+from vit_jax import input_pipeline
+from vit_jax.data import plan
+
+# 64 train / 16 test images of 8x8: with batch 8 and 4 shards an epoch is 8 steps.
+TINY = 'synthetic/8px_3cls_64train_16test'
+
+
+def _mesh(n: int) -> jax.sharding.Mesh:
+  return jax.sharding.Mesh(np.array(jax.devices()[:n]).reshape(n, 1), ('data', 'fsdp'))
+
+
+def _tiny(**overrides):
+  defaults = {'batch': 8, 'data_shards': 4, 'shuffle_buffer': 24, 'pp.crop': 8,
+              'pp.resize': 8, 'pp.train': 'pretrain'}
+  return tfds_testdata.config(TINY, **{**defaults, **overrides})
+
+
+def _batches(config, shards, start_step=0, count=1):
+  it = input_pipeline.train_dataset(config, shards, start_step).as_numpy_iterator()
+  return [next(it) for _ in range(count)]
+
+
+class PlanTest(absltest.TestCase):
+
+  def test_epochs_visit_every_example_once(self):
+    n, size = 23, 5
+    segments = [plan.segment(n, size, 7, 1, q) for q in range(3 * plan.num_segments(n, size))]
+    offsets = np.concatenate([s.offsets() for s in segments])
+    for epoch in range(3):
+      np.testing.assert_array_equal(np.sort(offsets[epoch * n:(epoch + 1) * n]), np.arange(n))
+    self.assertFalse(np.array_equal(offsets[:n], offsets[n:2 * n]))  # Reshuffled.
+    positions = [s.position for s in segments]
+    np.testing.assert_array_equal(positions, np.cumsum([0] + [len(s.order) for s in
+                                                              segments[:-1]]))
+
+  def test_locate_finds_every_position(self):
+    n, size = 23, 5
+    segments = [plan.segment(n, size, 7, 1, q) for q in range(10)]
+    stream = np.concatenate([s.offsets() for s in segments])
+    for position in range(40):
+      q, skip = plan.locate(n, size, 7, 1, position)
+      self.assertEqual(plan.segment(n, size, 7, 1, q).offsets()[skip], stream[position])
+
+  def test_shard_bounds(self):
+    self.assertEqual(plan.shard_bounds(10, 4), [(0, 2), (2, 5), (5, 7), (7, 10)])
+    with self.assertRaisesRegex(ValueError, '3 examples, fewer than config.data_shards=4'):
+      plan.shard_bounds(3, 4)
+
+
+class TrainPipelineTest(parameterized.TestCase):
+
+  @parameterized.parameters('pretrain', 'finetune', 'finetune_inception')
+  def test_global_batches_per_recipe(self, recipe):
+    config = tfds_testdata.config('mnist5k', **{'pp.train': recipe})
+    mesh = _mesh(8)
+    batch = next(input_pipeline.make_train_iterator(config, mesh))
+    self.assertEqual(set(batch), {'image', 'label'})
+    image, label = batch['image'], batch['label']
+    self.assertEqual((image.shape, image.dtype), ((32, 16, 16, 3), np.float32))
+    self.assertEqual((label.shape, label.dtype), ((32, 10), np.float32))
+    self.assertEqual(image.sharding, input_pipeline.batch_sharding(mesh))
+    self.assertEqual(image.sharding.spec, jax.sharding.PartitionSpec(('data', 'fsdp')))
+    image = np.asarray(image)
+    self.assertBetween(image.min(), -1.0, -0.9)  # MNIST backgrounds are black...
+    self.assertBetween(image.max(), 0.9, 1.0)    # ...and strokes white.
+    np.testing.assert_array_equal(np.asarray(label).sum(1), np.ones(32))
+
+  def test_resumed_stream_equals_uninterrupted_stream(self):
+    # Resume mid-epoch, mid-segment; 14 steps cross the next epoch boundary (8 steps).
+    config = _tiny()
+    shards = list(range(4))
+    full = _batches(config, shards, 0, 25)
+    resumed = _batches(config, shards, 11, 14)
+    for a, b in zip(full[11:], resumed):
+      np.testing.assert_array_equal(a['index'], b['index'])
+      np.testing.assert_array_equal(a['image'], b['image'])
+      np.testing.assert_array_equal(a['label'], b['label'])
+
+  def test_deterministic_and_seeded(self):
+    a, b = _batches(_tiny(), [0, 1, 2, 3], 0, 2), _batches(_tiny(), [0, 1, 2, 3], 0, 2)
+    c = _batches(_tiny(seed=1), [0, 1, 2, 3], 0, 2)
+    for x, y in zip(a, b):
+      np.testing.assert_array_equal(x['image'], y['image'])
+    self.assertFalse(np.array_equal(a[0]['index'], c[0]['index']))
+
+  def test_one_epoch_covers_the_split_once_and_processes_are_disjoint(self):
+    config = _tiny()
+    # Two simulated processes: process p holds virtual shards [2p, 2p + 2).
+    parts = [_batches(config, shards, 0, 8) for shards in ([0, 1], [2, 3])]
+    seen = [np.concatenate([b['index'] for b in part]) for part in parts]
+    self.assertEmpty(np.intersect1d(seen[0], seen[1]))
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(64))
+
+  def test_global_batch_is_the_same_on_any_process_count(self):
+    config = _tiny(**{'pp.mixup': 0.5, 'pp.label_smoothing': 0.1})
+    one = _batches(config, [0, 1, 2, 3], 5, 2)
+    # Four simulated processes, one virtual shard each.
+    parts = [_batches(config, [p], 5, 2) for p in range(4)]
+    for step in range(2):
+      for key in ('image', 'label', 'index', 'ratio'):
+        np.testing.assert_array_equal(
+            one[step][key], np.concatenate([part[step][key] for part in parts]))
+
+  def test_global_arrays_match_across_meshes(self):
+    config = _tiny(**{'pp.mixup': 0.5})
+    a = next(input_pipeline.make_train_iterator(config, _mesh(8), start_step=3))
+    b = next(input_pipeline.make_train_iterator(config, _mesh(2), start_step=3))
+    for key in ('image', 'label'):
+      np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]))
+
+  def test_mixup_and_label_smoothing(self):
+    config = _tiny(**{'pp.mixup': 1.0, 'pp.label_smoothing': 0.1})
+    batch = next(input_pipeline.make_train_iterator(config, _mesh(4)))
+    label = np.asarray(batch['label'])
+    np.testing.assert_allclose(label.sum(1), np.ones(8), rtol=1e-5)
+    self.assertGreater(np.sum((label > 0.05) & (label < 0.9)), 0)  # Some rows are mixed.
+    self.assertBetween(float(batch['image'].min()), -1.0, 1.0)
+    self.assertBetween(float(batch['image'].max()), -1.0, 1.0)
+
+  def test_multi_hot_targets(self):
+    batch = _batches(_tiny(**{'pp.multi_hot': True}), [0, 1, 2, 3])[0]
+    np.testing.assert_array_equal(batch['label'].sum(1), np.ones(8))
+
+  def test_cache_gives_the_same_stream(self):
+    a = _batches(_tiny(), [1, 2], 9, 3)
+    b = _batches(_tiny(cache=True), [1, 2], 9, 3)
+    for x, y in zip(a, b):
+      np.testing.assert_array_equal(x['image'], y['image'])
+
+  def test_image_folder_dataset(self):
+    root = tfds_testdata.tempdir(self, 'folder')
+    tfds_testdata.make_image_folder(root, {'train': {'a': 6, 'b': 6}, 'test': {'a': 3}})
+    config = tfds_testdata.config(f'folder:{root}', batch=8, data_shards=2,
+                                  data_dir=tfds_testdata.tempdir(self))
+    batch = next(input_pipeline.make_train_iterator(config, _mesh(2)))
+    self.assertEqual(batch['image'].shape, (8, 16, 16, 3))
+    self.assertEqual(batch['label'].shape, (8, 2))
+    total = sum(float(b['mask'].sum()) for b in input_pipeline.make_eval_iterator(
+        config, _mesh(2)))
+    self.assertEqual(total, 3)
+
+  def test_bad_batch_sizes_name_the_numbers(self):
+    with self.assertRaisesRegex(ValueError, 'batch=12 is not divisible by the 8 devices'):
+      input_pipeline.make_train_iterator(_tiny(batch=12), _mesh(8))
+    with self.assertRaisesRegex(ValueError, 'batch=8 is not divisible by .*data_shards=3'):
+      input_pipeline.make_train_iterator(_tiny(data_shards=3), _mesh(2))
+    with self.assertRaisesRegex(ValueError, 'batch_eval=12 is not divisible by the 8'):
+      input_pipeline.make_eval_iterator(_tiny(batch_eval=12), _mesh(8))
+    with self.assertRaisesRegex(ValueError, r'rows \[0, 4\).*whole data shards of 8 rows'):
+      input_pipeline._groups_of_rows([(0, 4)], 8, 'data shards')
+
+  def test_bad_recipe_and_sizes(self):
+    with self.assertRaisesRegex(ValueError, "pp.train='inception'"):
+      input_pipeline.train_dataset(_tiny(**{'pp.train': 'inception'}), [0])
+    with self.assertRaisesRegex(ValueError, 'pp.resize=8 is smaller than config.pp.crop=9'):
+      input_pipeline.train_dataset(_tiny(**{'pp.train': 'finetune', 'pp.crop': 9}), [0])
+    with self.assertRaisesRegex(ValueError, '64 examples, fewer than config.data_shards=128'):
+      input_pipeline.train_dataset(_tiny(batch=128, data_shards=128), [0])
+
+
+class EvalPipelineTest(parameterized.TestCase):
+
+  @parameterized.parameters(8, 2)
+  def test_mnist5k_eval_counts_every_example_once(self, devices):
+    # 48 does not divide 1,000: the last batch is padded and masked.
+    config = tfds_testdata.config('mnist5k')
+    ev = input_pipeline.make_eval_iterator(config, _mesh(devices))
+    masks, labels = [], []
+    for batch in ev:
+      self.assertEqual(set(batch), {'image', 'label', 'mask'})
+      self.assertEqual(batch['image'].shape, (48, 16, 16, 3))
+      masks.append(np.asarray(batch['mask']))
+      labels.append(np.asarray(batch['label']))
+    self.assertEqual(len(masks), len(ev))
+    mask = np.concatenate(masks)
+    self.assertEqual(mask.sum(), 1000)
+    label = np.concatenate(labels)
+    np.testing.assert_array_equal(label[mask == 0], 0)
+    np.testing.assert_array_equal(label.sum(0), np.full(10, 100))  # 100 test digits a class.
+    self.assertEqual(sum(float(b['mask'].sum()) for b in ev), 1000)  # A second full pass.
+
+  def test_simulated_processes_split_the_eval_set(self):
+    config = tfds_testdata.config('mnist5k', batch_eval=40)
+    parts = [input_pipeline.eval_dataset(config, slots, 4) for slots in ([0, 1], [2, 3])]
+    self.assertEqual(parts[0][1], parts[1][1])  # Both processes run the same batch count.
+    index = [np.concatenate([b['index'] for b in ds.as_numpy_iterator()]) for ds, _ in parts]
+    real = [i[i >= 0] for i in index]
+    self.assertEmpty(np.intersect1d(real[0], real[1]))
+    np.testing.assert_array_equal(np.sort(np.concatenate(real)), np.arange(1000))
+
+  def test_numpy_eval_preprocessing_matches_the_pipeline(self):
+    config = tfds_testdata.config('mnist5k', batch_eval=8)
+    batch = next(input_pipeline.eval_dataset(config, [0], 1)[0].as_numpy_iterator())
+    builder = datasets.prepare(datasets.resolve('mnist5k'), config.data_dir)
+    first = next(builder.as_dataset(split='test', shuffle_files=False).as_numpy_iterator())
+    self.assertEqual(batch['index'][0], 0)
+    out = input_pipeline.preprocess_for_eval_numpy(first['image'], config)
+    self.assertEqual((out.shape, out.dtype), ((16, 16, 3), np.float32))
+    np.testing.assert_array_equal(out, input_pipeline.value_range(batch['image'][0]))
+    with self.assertRaisesRegex(ValueError, 'uint8'):
+      input_pipeline.preprocess_for_eval_numpy(np.zeros((4, 4), np.float32), config)
+
+  def test_get_dataset_info(self):
+    info = input_pipeline.get_dataset_info(tfds_testdata.config('mnist5k'))
+    self.assertEqual((info.num_train, info.num_eval, info.num_classes), (4000, 1000, 10))
+    self.assertEqual(info.label_names, [str(i) for i in range(10)])
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,171 @@
+"""Tests of the per-example preprocessing ops (vit_jax.preprocess)."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+
+from configs import common
+from tests import tfds_testdata
+from vit_jax import preprocess
+
+
+def _pp(**overrides):
+  pp = common.get_base_config().pp
+  pp.crop, pp.resize = 16, 24
+  pp.update(overrides)
+  return pp
+
+
+def _seed(a: int, b: int = 0) -> tf.Tensor:
+  return tf.constant([a, b], tf.int64)
+
+
+class DecodeTest(absltest.TestCase):
+
+  def test_grayscale_png_becomes_rgb(self):
+    data = tfds_testdata.image_bytes(np.random.default_rng(0), 'PNG', size=(7, 9), mode='L')
+    image = preprocess.decode(tf.constant(data)).numpy()
+    self.assertEqual(image.shape, (7, 9, 3))
+    self.assertEqual(image.dtype, np.uint8)
+    np.testing.assert_array_equal(image[..., 0], image[..., 2])
+
+  def test_jpeg_and_png(self):
+    rng = np.random.default_rng(1)
+    for fmt in ('JPEG', 'PNG'):
+      image = preprocess.decode(tf.constant(tfds_testdata.image_bytes(rng, fmt))).numpy()
+      self.assertEqual(image.shape, (20, 24, 3))
+
+
+class CropTest(parameterized.TestCase):
+
+  @parameterized.parameters('JPEG', 'PNG')
+  def test_inception_crop_shape_and_determinism(self, fmt):
+    data = tf.constant(tfds_testdata.image_bytes(np.random.default_rng(2), fmt,
+                                                 size=(60, 80)))
+    a = preprocess.inception_crop(data, _seed(3), 0.05, 16).numpy()
+    b = preprocess.inception_crop(data, _seed(3), 0.05, 16).numpy()
+    c = preprocess.inception_crop(data, _seed(4), 0.05, 16).numpy()
+    self.assertEqual(a.shape, (16, 16, 3))
+    np.testing.assert_array_equal(a, b)
+    self.assertFalse(np.array_equal(a, c))
+
+  def test_full_area_crop_is_the_whole_image(self):
+    # PNG is lossless, so the only difference to a plain resize is none at all.
+    data = tf.constant(tfds_testdata.image_bytes(np.random.default_rng(5), 'PNG',
+                                                 size=(30, 30)))
+    crop = preprocess.inception_crop(data, _seed(0), 1.0, 16).numpy()
+    full = tf.image.resize(preprocess.decode(data), [16, 16]).numpy()
+    np.testing.assert_allclose(crop, full, atol=1e-4)
+
+  def test_jpeg_crop_window_decodes_like_full_decode(self):
+    data = tf.constant(tfds_testdata.image_bytes(np.random.default_rng(6), 'JPEG',
+                                                 size=(64, 64)))
+    seed = _seed(7)
+    begin, size = preprocess._sample_box(tf.image.extract_jpeg_shape(data), seed, 0.3)
+    window = preprocess.inception_crop(data, seed, 0.3, 16).numpy()
+    reference = tf.image.resize(
+        tf.slice(preprocess.decode(data), begin, size), [16, 16]).numpy()
+    # Decoding only the window may differ from decoding all by JPEG upsampling at edges.
+    self.assertLess(np.abs(window - reference).mean(), 3.0)
+
+  def test_central_crop_takes_the_middle(self):
+    image = np.zeros((10, 12, 3), np.uint8)
+    image[3:7, 4:8] = 255
+    np.testing.assert_array_equal(preprocess.central_crop(tf.constant(image), 4).numpy(),
+                                  np.full((4, 4, 3), 255, np.uint8))
+
+  def test_keep_aspect_resizes_the_shorter_side(self):
+    out = preprocess.resize(tf.zeros([30, 60, 3], tf.uint8), 10, keep_aspect=True)
+    self.assertEqual(out.shape.as_list(), [10, 20, 3])
+    out = preprocess.resize(tf.zeros([30, 60, 3], tf.uint8), 10)
+    self.assertEqual(out.shape.as_list(), [10, 10, 3])
+
+
+class RecipeTest(parameterized.TestCase):
+
+  @parameterized.parameters('pretrain', 'finetune', 'finetune_inception')
+  def test_train_recipes(self, recipe):
+    data = tf.constant(tfds_testdata.image_bytes(np.random.default_rng(8), 'JPEG',
+                                                 size=(40, 50)))
+    pp = _pp(train=recipe)
+    image = preprocess.train_image(data, _seed(1), pp).numpy()
+    self.assertEqual(image.shape, (16, 16, 3))
+    self.assertEqual(image.dtype, np.uint8)
+    np.testing.assert_array_equal(image, preprocess.train_image(data, _seed(1), pp).numpy())
+
+  def test_flip_is_a_mirror_image(self):
+    data = tf.constant(tfds_testdata.image_bytes(np.random.default_rng(9), 'PNG',
+                                                 size=(16, 16)))
+    pp = _pp(train='finetune', resize=16, flip=False)
+    plain = preprocess.train_image(data, _seed(0), pp).numpy()
+    pp.flip = True
+    flipped = [preprocess.train_image(data, _seed(s), pp).numpy() for s in range(8)]
+    self.assertTrue(any(np.array_equal(f, plain[:, ::-1]) for f in flipped))
+    self.assertTrue(any(np.array_equal(f, plain) for f in flipped))
+
+  @parameterized.parameters('central_crop', 'resize')
+  def test_eval_recipes(self, recipe):
+    image = tf.constant(np.random.default_rng(10).integers(0, 256, (30, 40, 3), np.uint8))
+    out = preprocess.eval_uint8(image, _pp(eval=recipe)).numpy()
+    self.assertEqual((out.shape, out.dtype), ((16, 16, 3), np.uint8))
+    floats = preprocess.eval_image(image, _pp(eval=recipe)).numpy()
+    self.assertEqual(floats.dtype, np.float32)
+    self.assertBetween(floats.min(), -1.0, 1.0)
+    self.assertBetween(floats.max(), -1.0, 1.0)
+    np.testing.assert_allclose(floats, out / 127.5 - 1.0, atol=1e-6)
+
+  def test_unknown_recipe_names_the_choices(self):
+    with self.assertRaisesRegex(ValueError, 'pp.train=.*pretrain'):
+      preprocess.train_image(tf.constant(b''), _seed(0), _pp(train='nope'))
+    with self.assertRaisesRegex(ValueError, 'pp.eval=.*central_crop'):
+      preprocess.eval_uint8(tf.zeros([4, 4, 3], tf.uint8), _pp(eval='nope'))
+
+
+class TargetsTest(absltest.TestCase):
+
+  def test_one_hot_and_smoothing(self):
+    y = preprocess.targets(tf.constant(2, tf.int64), 4).numpy()
+    np.testing.assert_array_equal(y, [0, 0, 1, 0])
+    y = preprocess.targets(tf.constant(2, tf.int64), 4, smoothing=0.2).numpy()
+    np.testing.assert_allclose(y, [0.05, 0.05, 0.85, 0.05], rtol=1e-6)
+    self.assertAlmostEqual(y.sum(), 1.0, places=6)
+
+  def test_multi_hot(self):
+    y = preprocess.targets(tf.constant([0, 3, 3], tf.int64), 5, multi_hot=True).numpy()
+    np.testing.assert_array_equal(y, [1, 0, 0, 1, 0])
+
+  def test_mixup_ratio(self):
+    ratios = [float(preprocess.mixup_ratio(_seed(s), 0.4)) for s in range(20)]
+    self.assertTrue(all(0.0 <= r <= 1.0 for r in ratios))
+    self.assertGreater(len(set(ratios)), 10)
+    self.assertEqual(ratios[3], float(preprocess.mixup_ratio(_seed(3), 0.4)))
+
+
+class VtabLabelTest(absltest.TestCase):
+
+  def test_clevr(self):
+    objects = {'size': tf.zeros([5], tf.int64),
+               'pixel_coords': tf.constant([[0, 0, 9.2], [0, 0, 12.0]], tf.float32)}
+    self.assertEqual(int(preprocess.LABEL_FNS['clevr_count']({'objects': objects})), 2)
+    # 9.2 lies in (9.0, 9.5]: the fourth bin.
+    self.assertEqual(int(preprocess.LABEL_FNS['clevr_distance']({'objects': objects})), 3)
+
+  def test_kitti_distance(self):
+    fn = preprocess.LABEL_FNS['kitti_distance']
+    near_car = {'objects': {'type': tf.constant([0, 4], tf.int64),
+                            'location': tf.constant([[0, 0, 5.0], [0, 0, 1.0]])}}
+    no_vehicle = {'objects': {'type': tf.constant([4], tf.int64),
+                              'location': tf.constant([[0, 0, 1.0]])}}
+    self.assertEqual(int(fn(near_car)), 0)
+    self.assertEqual(int(fn(no_vehicle)), 3)
+
+  def test_dsprites_bins(self):
+    f = {'label_x_position': tf.constant(31, tf.int64),
+         'label_orientation': tf.constant(39, tf.int64)}
+    self.assertEqual(int(preprocess.LABEL_FNS['dsprites_location'](f)), 15)
+    self.assertEqual(int(preprocess.LABEL_FNS['dsprites_orientation'](f)), 15)
+
+
+if __name__ == '__main__':
+  absltest.main()
