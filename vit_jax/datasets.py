@@ -283,14 +283,20 @@ def _num_classes(builder, spec: DatasetSpec) -> int:
 def get_dataset_info(config) -> DatasetInfo:
   """Returns sizes, class count, label names and resolved splits of config.dataset."""
   spec = resolve(config.dataset)
-  train_split = config.train_split or spec.train_split
-  eval_split = config.eval_split or spec.eval_split
   data_dir = config.get('data_dir')
   builder = make_builder(spec, data_dir)
-  known = (train_split == spec.train_split and eval_split == spec.eval_split
-           and spec.num_train is not None and spec.num_eval is not None)
+  known = (not config.train_split or config.train_split == spec.train_split) and (
+      not config.eval_split or config.eval_split == spec.eval_split) and (
+          spec.num_train is not None and spec.num_eval is not None)
   if spec.local or (not is_prepared(builder) and not known):
     builder = prepare(spec, data_dir, config.get('manual_dir'))
+  return info_from_builder(config, spec, builder)
+
+
+def info_from_builder(config, spec: DatasetSpec, builder) -> DatasetInfo:
+  """Returns the DatasetInfo of config's splits, from a builder (prepared or not)."""
+  train_split = config.train_split or spec.train_split
+  eval_split = config.eval_split or spec.eval_split
   if is_prepared(builder):
     num_train = split_size(builder, train_split)
     num_eval = split_size(builder, eval_split) if eval_split else 0

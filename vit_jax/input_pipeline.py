@@ -97,10 +97,10 @@ def _groups_of_rows(runs: list[tuple[int, int]], group: int, what: str) -> list[
 
 
 def _source(config):
-  """Returns (spec, prepared builder) of config.dataset."""
+  """Returns (spec, prepared builder, info) of config.dataset."""
   spec = datasets.resolve(config.dataset)
   builder = datasets.prepare(spec, config.get('data_dir'), config.get('manual_dir'))
-  return spec, builder
+  return spec, builder, datasets.info_from_builder(config, spec, builder)
 
 
 def _parser(builder, spec):
@@ -171,9 +171,8 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   tf = _tf()
   from vit_jax import preprocess  # pylint: disable=g-import-not-at-top
   from vit_jax.data import plan, reader  # pylint: disable=g-import-not-at-top
-  info = get_dataset_info(config)
+  spec, builder, info = _source(config)
   _train_config_checks(config, info)
-  spec, builder = _source(config)
   files = reader.split_files(builder, info.train_split)
   num_shards = config.get('data_shards', 8)
   rows = config.batch // num_shards
@@ -223,7 +222,7 @@ def eval_dataset(config, slots: list[int], num_slots: int):
   tf = _tf()
   from vit_jax import preprocess  # pylint: disable=g-import-not-at-top
   from vit_jax.data import reader  # pylint: disable=g-import-not-at-top
-  info = get_dataset_info(config)
+  spec, builder, info = _source(config)
   pp = config.pp
   if pp.eval not in preprocess.EVAL_RECIPES:
     raise ValueError(f'config.pp.eval={pp.eval!r}; use one of '
@@ -237,7 +236,6 @@ def eval_dataset(config, slots: list[int], num_slots: int):
   if config.batch_eval % num_slots:
     raise ValueError(f'config.batch_eval={config.batch_eval} is not divisible by the '
                      f'{num_slots} data-parallel devices')
-  spec, builder = _source(config)
   files = reader.split_files(builder, info.eval_split)
   n = files.num_examples
   if n == 0:
@@ -265,7 +263,7 @@ def eval_dataset(config, slots: list[int], num_slots: int):
     image = preprocess.decode(image_bytes, pp.num_channels)
     if spec.image_scale != 1:
       image = image * tf.constant(spec.image_scale, tf.uint8)
-    return {'image': preprocess.eval_image(image, pp) * tf.cast(mask, tf.uint8),
+    return {'image': preprocess.eval_uint8(image, pp) * tf.cast(mask, tf.uint8),
             'label': preprocess.targets(label, info.num_classes, pp.multi_hot) * mask,
             'mask': mask, 'index': index}
 
@@ -383,4 +381,4 @@ def preprocess_for_eval_numpy(image: np.ndarray, config) -> np.ndarray:
   if image.shape[-1] != channels:
     image = (np.repeat(image, 3, axis=-1) if channels == 3
              else tf.image.rgb_to_grayscale(image).numpy())
-  return value_range(preprocess.eval_image(tf.constant(image), config.pp).numpy())
+  return value_range(preprocess.eval_uint8(tf.constant(image), config.pp).numpy())

@@ -105,7 +105,7 @@ def train_image(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1) -> tf.Tens
   return image
 
 
-def eval_image(image: tf.Tensor, pp) -> tf.Tensor:
+def eval_uint8(image: tf.Tensor, pp) -> tf.Tensor:
   """Applies the pp.eval recipe to a decoded uint8 image: uint8 [crop, crop, C]."""
   if pp.eval == 'resize':
     out = resize(image, pp.crop)
@@ -115,6 +115,11 @@ def eval_image(image: tf.Tensor, pp) -> tf.Tensor:
     raise ValueError(f'config.pp.eval={pp.eval!r}; use one of {", ".join(EVAL_RECIPES)}')
   out.set_shape([pp.crop, pp.crop, image.shape[-1]])
   return to_uint8(out)
+
+
+def eval_image(image: tf.Tensor, pp) -> tf.Tensor:
+  """Applies the pp.eval recipe to a decoded uint8 image: float32 [crop, crop, C] in [-1, 1]."""
+  return tf.clip_by_value(tf.cast(eval_uint8(image, pp), tf.float32) / 127.5 - 1.0, -1.0, 1.0)
 
 
 def targets(label: tf.Tensor, num_classes: int, multi_hot: bool = False,

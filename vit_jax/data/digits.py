@@ -8,6 +8,8 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
+from vit_jax.data.encode import encode
+
 NUM_CLASSES = 10
 NUM_TRAIN = 1437
 
@@ -56,4 +58,4 @@ class Digits(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, images, labels, rows):
     for row in rows:
-      yield int(row), {'image': images[row], 'label': int(labels[row])}
+      yield int(row), {'image': encode(images[row]), 'label': int(labels[row])}

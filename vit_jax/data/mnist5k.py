@@ -13,6 +13,8 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
+from vit_jax.data.encode import encode
+
 NUM_CLASSES = 10
 TEST_PER_CLASS = 100
 
@@ -79,4 +81,4 @@ class Mnist5k(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, images, labels, rows):
     for row in rows:
-      yield int(row), {'image': images[row], 'label': int(labels[row])}
+      yield int(row), {'image': encode(images[row]), 'label': int(labels[row])}

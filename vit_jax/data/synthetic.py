@@ -13,13 +13,14 @@ Any other config is spelled `<size>px_<classes>cls[_<n>train][_<n>test][_jpeg]`,
 e.g. `synthetic/64px_5cls_200train_40test`.
 """
 import dataclasses
-import io
 import re
 
 from etils import epath
 import numpy as np
 from PIL import Image
 import tensorflow_datasets as tfds
+
+from vit_jax.data.encode import encode
 
 _NAME_RE = re.compile(
     r'^(?P<size>\d+)px_(?P<classes>\d+)cls(?:_(?P<train>\d+)train)?'
@@ -78,16 +79,6 @@ def make_image(config: SyntheticConfig, split_id: int, index: int) -> tuple[np.n
   # Uniform integer noise: statistically like Gaussian noise for a JPEG encoder, 3x cheaper.
   noise = rng.integers(-40, 41, size=(height, width, 3), dtype=np.int16)
   return np.clip(base + noise, 0, 255).astype(np.uint8), label
-
-
-def encode(image: np.ndarray, encoding: str) -> bytes:
-  """Returns the image encoded as PNG or JPEG (quality 90) bytes."""
-  buf = io.BytesIO()
-  if encoding == 'jpeg':
-    Image.fromarray(image).save(buf, format='JPEG', quality=90)
-  else:
-    Image.fromarray(image).save(buf, format='PNG')
-  return buf.getvalue()
 
 
 class Synthetic(tfds.core.GeneratorBasedBuilder):
