@@ -400,12 +400,14 @@ def load_pretrained(*,
                     strict: bool = True) -> Params:
   """Loads a checkpoint into the tree of `init_params` for fine-tuning.
 
-  The head (and `pre_logits` when the new model has none, or when the
-  checkpoint lacks it) comes from `init_params`; position embeddings are
+  The head comes from `init_params`; the checkpoint's `pre_logits` is dropped
+  when the new model has none and kept when its width matches (else taken
+  from `init_params`, as when the checkpoint lacks it). Position embeddings are
   interpolated to the new grid (`grid` for non-square new grids,
-  `pretrained_grid` for non-square checkpoint grids). Shape mismatches raise a
-  one-line ValueError; with `strict`, so do parameters the checkpoint lacks or
-  the model does not have (beyond head/pre_logits/cls), else they are logged.
+  `pretrained_grid` for non-square checkpoint grids). Other shape mismatches
+  raise a one-line ValueError; with `strict`, so do parameters the checkpoint
+  lacks or the model does not have (beyond head/pre_logits/cls), else they are
+  logged. Returns a nested dict of numpy arrays shaped like `init_params`.
   """
   restored = _flatten(load(pretrained_path))
   init = {k: np.asarray(v) for k, v in _flatten(init_params).items()}
