@@ -7,9 +7,13 @@ import jax.numpy as jnp
 
 
 def weight_standardize(w: jax.Array, axis: Sequence[int], eps: float) -> jax.Array:
-  """Normalises a conv kernel to zero mean and unit variance per output channel."""
+  """Normalises a conv kernel to zero mean and unit std per output channel.
+
+  eps is added to the standard deviation (not the variance), as in the
+  published BiT/hybrid checkpoints: small kernels are sensitive to this.
+  """
   w = w - jnp.mean(w, axis=axis, keepdims=True)
-  return w / jnp.sqrt(jnp.var(w, axis=axis, keepdims=True) + eps)
+  return w / (jnp.std(w, axis=axis, keepdims=True) + eps)
 
 
 class StdConv(nn.Conv):
