@@ -269,9 +269,9 @@ def _label_names(builder, spec: DatasetSpec, num_classes: int) -> list[str]:
 def _num_classes(builder, spec: DatasetSpec) -> int:
   if spec.num_classes > 0 and (spec.label_fn or not is_prepared(builder)):
     return spec.num_classes
-  feature = builder.info.features.get(spec.label_key) if hasattr(
-      builder.info.features, 'get') else None
-  num = getattr(feature, 'num_classes', None)
+  features = builder.info.features
+  num = getattr(features[spec.label_key] if spec.label_key in features else None,
+                'num_classes', None)
   if num:
     return int(num)
   if spec.num_classes > 0:
