@@ -11,12 +11,14 @@ fast crop-while-decoding path).
 
 Unreadable images are skipped and counted, never fatal: while preparing, each file must
 open with PIL as JPEG or PNG (a JPEG must also end with its end-of-image marker, which
-catches truncated downloads). Skipped files are logged with their names and stored in the
-prepared dataset's metadata (`info.metadata['skipped_files']`).
+catches truncated downloads). The first ten skipped files are logged by name, the count per
+split after it, and every skipped path is stored in the prepared dataset's metadata
+(`info.metadata['skipped_files']`; vit_jax.datasets reports the count as `skipped_files`).
 
 `imagenet21k`: the ImageNet-21k release (fall11_whole.tar or winter21_whole.tar.gz) from
 local files. Prepare the manual dir as `<manual_dir>/imagenet21k/<wnid>/*.JPEG`, i.e. one
-folder per synset, by extracting the archive and then every per-synset tar inside it:
+folder per synset, by extracting the archive and then every per-synset tar inside it
+(fall11_whole.tar holds one n*.tar per synset):
 
     mkdir -p $MANUAL/imagenet21k && cd $MANUAL/imagenet21k
     tar xf /path/to/fall11_whole.tar            # yields n01440764.tar, ...
@@ -117,6 +119,7 @@ def config_for_root(root: str) -> ImageFolderConfig:
 def _examples(folder: str, classes: dict[str, list[str]], class_names, skipped: list[str]):
   """Yields (key, example) for every readable image; appends unreadable paths to skipped."""
   label_of = {name: i for i, name in enumerate(class_names)}
+  skipped_before = len(skipped)
   for cls, files in classes.items():
     for f in files:
       path = os.path.join(folder, cls, f)
@@ -130,6 +133,9 @@ def _examples(folder: str, classes: dict[str, list[str]], class_names, skipped: 
         data = fh.read()
       yield f'{cls}/{f}', {'image': data, 'label': label_of[cls],
                            'file_name': f'{cls}/{f}'}
+  if len(skipped) > skipped_before:
+    logging.warning('%s: skipped %d unreadable image(s)', folder,
+                    len(skipped) - skipped_before)
 
 
 def _features(class_names) -> tfds.features.FeaturesDict:
