@@ -305,10 +305,14 @@ def finalize(batch: dict, group: int) -> dict:
   return out
 
 
-def _global_batches(local_batches, sharding, global_batch: int, group: int,
+def _finalizer(sharding: jax.sharding.NamedSharding, group: int):
+  """Returns finalize() jitted for global batches with this sharding."""
+  return jax.jit(functools.partial(finalize, group=group), out_shardings=sharding)
+
+
+def _global_batches(local_batches, to_inputs, sharding, global_batch: int,
                     prefetch: int) -> Iterator[dict]:
   """Turns per-process numpy batches into finalized global jax.Arrays, `prefetch` ahead."""
-  to_inputs = jax.jit(functools.partial(finalize, group=group), out_shardings=sharding)
   queue = collections.deque()
   for batch in local_batches:
     arrays = {k: jax.make_array_from_process_local_data(
@@ -338,8 +342,9 @@ def make_train_iterator(config, mesh: jax.sharding.Mesh, start_step: int = 0) ->
   shards = _groups_of_rows(local_row_runs(sharding, config.batch),
                            config.batch // num_shards, 'data shards')
   ds = train_dataset(config, shards, start_step)
-  return _global_batches(ds.as_numpy_iterator(), sharding, config.batch,
-                         config.batch // num_shards, max(1, config.prefetch))
+  to_inputs = _finalizer(sharding, config.batch // num_shards)
+  return _global_batches(ds.as_numpy_iterator(), to_inputs, sharding, config.batch,
+                         max(1, config.prefetch))
 
 
 class EvalIterable:
@@ -351,13 +356,14 @@ class EvalIterable:
     self._sharding = sharding
     self._batch = batch
     self._prefetch = prefetch
+    self._to_inputs = _finalizer(sharding, batch)  # Compiled once, used by every pass.
 
   def __len__(self) -> int:
     return self._num_batches
 
   def __iter__(self) -> Iterator[dict]:
-    return _global_batches(self._dataset.as_numpy_iterator(), self._sharding, self._batch,
-                           self._batch, self._prefetch)
+    return _global_batches(self._dataset.as_numpy_iterator(), self._to_inputs,
+                           self._sharding, self._batch, self._prefetch)
 
 
 def make_eval_iterator(config, mesh: jax.sharding.Mesh) -> EvalIterable:
