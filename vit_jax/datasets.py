@@ -6,6 +6,7 @@
   synthetic[/<config>]              generated images (vit_jax.data.synthetic)
   vtab/<task>                       a VTAB-1k task: trains on its train800val200 split
   folder:<ROOT>                     your images in ROOT/{train,test}/<CLASS>/*.{jpg,jpeg,png}
+                                    (evaluates on test/, else validation/ or val/)
   tfds:<name>[:<version>]           any other TFDS image classification dataset with
                                     'image' and 'label' features (splits default to train/test)
 
