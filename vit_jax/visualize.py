@@ -4,9 +4,10 @@ r"""The ViT paper's pictures of what a model learned, as PNG files or image arra
       cat.jpg dog.png
 
 writes into --out:
-  attention_rollout_<i>.png  Fig. 6: each image beside itself weighted by the attention
-                             rollout (Abnar & Zuidema, 2020) from the output token to
-                             the patches; one file per image.
+  attention_rollout_<i>.png  Fig. 6: each image (at least 224 px), the image weighted by
+                             the attention rollout (Abnar & Zuidema, 2020) from the
+                             output token to the patches, and the rollout as a heat map;
+                             one file per image.
   posemb_similarity.png      Fig. 7 centre: for every patch position (tile), the cosine
                              similarity of its position embedding to all others
                              (viridis, -1..1).
@@ -42,6 +43,7 @@ _VIRIDIS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98],
                      [253, 231, 37]], np.float64)
 _GAP = 2            # white pixels between tiles of a grid picture
 _MIN_SIDE = 128     # summary images are upscaled to at least this many pixels
+_DISPLAY_SIZE = 224  # side of the input drawn under the rollout in written figures
 _TOKEN_CLASSIFIERS = ('token', 'token_unpooled')
 
 
@@ -167,15 +169,19 @@ def attention_rollout(weights: np.ndarray, has_token: bool,
 
 
 def rollout_pictures(images: np.ndarray, maps: np.ndarray) -> np.ndarray:
-  """uint8 [N, H, 2W, 3]: each image beside itself multiplied by its upsampled map."""
+  """uint8 [N, H, 3W, 3]: input | input weighted by the upsampled map | the map (viridis).
+
+  The middle panel is the paper's Fig. 6; the heat map also reads on dark images.
+  """
   pictures = []
   for image, heat in zip(to_uint8(images), maps):
     h, w = image.shape[:2]
     mask = Image.fromarray(heat.astype(np.float32)).resize(
         (w, h), Image.BILINEAR)
-    mask = np.clip(np.asarray(mask), 0.0, 1.0)[..., None]
-    masked = np.round(image * mask).astype(np.uint8)
-    pictures.append(np.concatenate([image, masked], axis=1))
+    mask = np.clip(np.asarray(mask), 0.0, 1.0)
+    masked = np.round(image * mask[..., None]).astype(np.uint8)
+    pictures.append(np.concatenate([image, masked, colormap(mask, 0.0, 1.0)],
+                                   axis=1))
   return np.stack(pictures)
 
 
@@ -276,7 +282,7 @@ def render_attention_distance(distance: np.ndarray, image_size: int) -> np.ndarr
 
 def summary_images(model: nn.Module, params: Mapping[str, Any],
                    sample_images: np.ndarray) -> dict[str, np.ndarray]:
-  """Attention rollout [N, H, 2W, 3] and posemb similarity [1, H', W', 3], uint8.
+  """Attention rollout [N, H, 3W, 3] and posemb similarity [1, H', W', 3], uint8.
 
   Images smaller than 128 pixels are upscaled (nearest) to stay legible. An
   MLP-Mixer has neither picture and gets an empty dict.
@@ -302,7 +308,10 @@ def write_png(image: np.ndarray, path: str) -> None:
   """Writes a uint8 [H, W, 3] image as PNG, atomically (no half-written files)."""
   directory = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix='.png')
+  umask = os.umask(0)
+  os.umask(umask)
   try:
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
     with os.fdopen(fd, 'wb') as f:
       Image.fromarray(np.asarray(image, np.uint8)).save(f, format='PNG')
     os.replace(tmp, path)
@@ -320,6 +329,9 @@ def write_figures(loaded: predict.LoadedModel, image_paths: Sequence[str],
   # Read every input before writing anything, so a bad image leaves no partial output.
   images = (np.stack([predict.load_image(p, loaded.resolution) for p in image_paths])
             if image_paths else None)
+  # Rollouts are drawn over the input at a legible size, whatever the model's.
+  display_size = max(_DISPLAY_SIZE, loaded.resolution)
+  display = [predict.load_image(p, display_size) for p in image_paths]
   os.makedirs(out_dir, exist_ok=True)
   model, params = loaded.model, loaded.params
   figures = {}
@@ -331,7 +343,7 @@ def write_figures(loaded: predict.LoadedModel, image_paths: Sequence[str],
     if images is not None:
       weights = attention_weights(model, params, images)
       pictures = rollout_pictures(
-          images, attention_rollout(weights, _has_token(model), grid))
+          np.stack(display), attention_rollout(weights, _has_token(model), grid))
       for i, picture in enumerate(pictures):
         figures[f'attention_rollout_{i}.png'] = picture
       distance = mean_attention_distance(

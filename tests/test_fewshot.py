@@ -1,0 +1,174 @@
+"""Tests for few-shot linear evaluation: the closed-form probe, sampling, the evaluator, the CLI."""
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+import jax
+from jax.sharding import Mesh
+import numpy as np
+
+from tests import tiny_trained
+from vit_jax import fewshot
+from vit_jax import predict
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class RidgeTest(absltest.TestCase):
+
+  def test_matches_direct_solution_primal_and_dual(self):
+    rng = np.random.default_rng(0)
+    for n, d in ((40, 8), (8, 40)):  # more points than dims, and fewer
+      x = rng.normal(size=(n, d)) * rng.uniform(0.5, 3, size=d) + 1.0
+      y = rng.integers(3, size=n)
+      probe = fewshot.fit_ridge(x, y, 3, [0.5, 8.0])
+      xw = (x - x.mean(0)) / (x.std(0) + 1e-6)
+      t = 2.0 * np.eye(3)[y] - 1.0
+      for i, reg in enumerate((0.5, 8.0)):
+        w = np.linalg.solve(xw.T @ xw + reg * np.eye(d), xw.T @ (t - t.mean(0)))
+        np.testing.assert_allclose(probe.weights[i], w, rtol=1e-6, atol=1e-9)
+      np.testing.assert_allclose(probe.bias, t.mean(0))
+
+  def test_separable_features_are_classified_perfectly(self):
+    rng = np.random.default_rng(1)
+    means = rng.normal(size=(10, 64)) * 4.0
+
+    def draw(labels):
+      return means[labels] + rng.normal(size=(len(labels), 64)), labels
+
+    test = draw(rng.integers(10, size=2000))
+    for shots in (1, 5, 25):
+      train = draw(np.repeat(np.arange(10), shots))
+      val = draw(np.arange(10))
+      acc, _ = fewshot.fewshot_accuracy(train, val, test, 10,
+                                        fewshot.DEFAULT_L2_REGS)
+      self.assertEqual(acc, 1.0, f'{shots}-shot')
+
+  def test_random_labels_give_chance(self):
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(250, 32)), rng.integers(10, size=250)
+    test = rng.normal(size=(4000, 32)), rng.integers(10, size=4000)
+    val = rng.normal(size=(100, 32)), rng.integers(10, size=100)
+    acc, l2 = fewshot.fewshot_accuracy((x, y), val, test, 10,
+                                       fewshot.DEFAULT_L2_REGS)
+    self.assertBetween(acc, 0.07, 0.13)
+    self.assertIn(l2, fewshot.DEFAULT_L2_REGS)
+
+  def test_bad_inputs(self):
+    with self.assertRaisesRegex(ValueError, 'labels must lie'):
+      fewshot.fit_ridge(np.zeros((3, 2)), np.array([0, 1, 5]), 3, [1.0])
+    with self.assertRaisesRegex(ValueError, 'l2_regs'):
+      fewshot.fit_ridge(np.zeros((3, 2)), np.array([0, 1, 2]), 3, [0.0])
+
+
+class SampleShotsTest(absltest.TestCase):
+
+  def test_classes_nesting_validation_and_seeds(self):
+    labels = np.repeat(np.arange(4), [30, 30, 3, 30])
+    shots, val = fewshot.sample_shots(labels, 4, 5, 10, seed=0)
+    self.assertEqual(shots.shape, (4, 5))
+    for c in range(4):
+      rows = shots[c][shots[c] >= 0]
+      np.testing.assert_array_equal(labels[rows], c)
+    self.assertEqual(list(shots[2]).count(-1), 2)  # class 2 has only 3 examples
+    self.assertEmpty(set(val) & set(shots.ravel()))
+    self.assertLen(val, 30)  # class 2 has none left for validation
+    again, _ = fewshot.sample_shots(labels, 4, 5, 10, seed=0)
+    other, _ = fewshot.sample_shots(labels, 4, 5, 10, seed=1)
+    np.testing.assert_array_equal(shots, again)
+    self.assertFalse(np.array_equal(shots, other))
+
+
+class EvaluatorTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.params_path, cls.data_dir, _ = tiny_trained.trained()
+    cls.config = tiny_trained.config(cls.data_dir)
+    cls.loaded = predict.load_model(None, cls.params_path)
+    cls.mesh = Mesh(np.array(jax.devices()), ('data',))
+
+  def _config(self, **fewshot_overrides):
+    c = tiny_trained.config(self.data_dir)
+    c.fewshot.datasets = ['mnist5k']
+    c.fewshot.update(fewshot_overrides)
+    return c
+
+  def test_trained_features_beat_chance_by_far(self):
+    evaluator = fewshot.FewShotEvaluator(self._config(), self.loaded.model,
+                                         self.mesh)
+    metrics = evaluator.run(self.loaded.params)
+    self.assertEqual(set(metrics), {f'fewshot/mnist5k_{k}shot'
+                                    for k in (1, 5, 10, 25)})
+    self.assertGreater(metrics['fewshot/mnist5k_1shot'], 0.3)
+    self.assertGreater(metrics['fewshot/mnist5k_10shot'], 0.6)
+    self.assertGreater(metrics['fewshot/mnist5k_25shot'],
+                       metrics['fewshot/mnist5k_1shot'])
+    # Same parameters, same draws: the evaluator is deterministic.
+    self.assertEqual(evaluator.run(self.loaded.params), metrics)
+
+  def test_untrained_features_are_worse(self):
+    evaluator = fewshot.FewShotEvaluator(
+        self._config(shots=[10], seeds=1), self.loaded.model, self.mesh)
+    trained = evaluator.run(self.loaded.params)['fewshot/mnist5k_10shot']
+    shuffled = jax.tree.map(
+        lambda x: np.random.default_rng(0).permutation(x.ravel()).reshape(x.shape),
+        self.loaded.params)
+    untrained = evaluator.run(shuffled)['fewshot/mnist5k_10shot']
+    self.assertGreater(trained, untrained + 0.1)
+
+  def test_config_errors(self):
+    model = self.loaded.model
+    with self.assertRaisesRegex(ValueError, 'fewshot.datasets'):
+      fewshot.FewShotEvaluator(self._config(datasets=['']), model, self.mesh)
+    with self.assertRaisesRegex(ValueError, 'fewshot.shots'):
+      fewshot.FewShotEvaluator(self._config(shots=[0, 5]), model, self.mesh)
+    with self.assertRaisesRegex(ValueError, 'fewshot.seeds'):
+      fewshot.FewShotEvaluator(self._config(seeds=0), model, self.mesh)
+    c = self._config()
+    c.batch_eval = 7
+    with self.assertRaisesRegex(ValueError, 'batch_eval=7'):
+      fewshot.FewShotEvaluator(c, model, self.mesh)
+    with self.assertRaisesRegex(ValueError, "Unknown dataset 'mnist5kk'"):
+      fewshot.FewShotEvaluator(self._config(datasets=['mnist5kk']), model,
+                               self.mesh).run(self.loaded.params)
+    with self.assertRaisesRegex(ValueError, 'Bad split'):
+      fewshot.FewShotEvaluator(self._config(datasets=['mnist5k|train|nope']),
+                               model, self.mesh).run(self.loaded.params)
+    with self.assertRaisesRegex(ValueError, 'name|train_split|test_split'):
+      fewshot.parse_dataset('mnist5k|train')
+
+  def test_metric_names(self):
+    self.assertEqual(fewshot.metric_name('synthetic/small', 5),
+                     'fewshot/synthetic_small_5shot')
+    self.assertEqual(fewshot.metric_name('imagenet2012|train[:9]|validation', 1),
+                     'fewshot/imagenet2012_1shot')
+
+  def test_cli_on_a_checkpoint(self):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.fewshot', f'--checkpoint={self.params_path}',
+         '--datasets=digits', '--shots=5', '--seeds=1',
+         f'--data_dir={self.data_dir}'],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    # TFDS may first report preparing digits; the results are the last lines.
+    name, value = proc.stdout.strip().splitlines()[-1].split(': ')
+    self.assertEqual(name, 'fewshot/digits_5shot')
+    self.assertGreater(float(value), 0.3)
+    bad = os.path.join(self.create_tempdir().full_path, 'bad.npz')
+    with open(bad, 'wb') as f:
+      f.write(b'not a checkpoint')
+    proc = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.fewshot', '--model=testing',
+         f'--checkpoint={bad}'], capture_output=True, text=True, env=env, cwd=REPO,
+        timeout=300)
+    self.assertEqual(proc.returncode, 1)
+    self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+    self.assertIn(bad, proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()

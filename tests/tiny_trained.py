@@ -1,0 +1,56 @@
+"""A tiny ViT trained on mnist5k by the real trainer, once per test process.
+
+The few-shot, predict and visualize tests share it: training (~75% test accuracy) costs
+~30 s on 2 idle CPU cores, so it is done on first use and reused through a module-level cache.
+"""
+import functools
+import os
+import tempfile
+
+from configs import common
+from vit_jax import train
+
+MODEL_NAME = 'testing'
+
+
+def config(data_dir: str, **overrides):
+  """A 2-layer ViT of width 64 on 28x28 digits (7x7 patches: a 4x4 grid)."""
+  c = common.get_base_config()
+  c.model_name = MODEL_NAME
+  c.model.patches = {'size': (7, 7)}
+  c.model.hidden_size = 64
+  c.model.mlp_dim = 128
+  c.model.num_layers = 2
+  c.model.num_heads = 4
+  c.model.dropout_rate = 0.0
+  c.dataset = 'mnist5k'
+  c.data_dir = data_dir
+  c.pp.train = 'finetune'
+  c.pp.eval = 'resize'
+  c.pp.resize = 30
+  c.pp.crop = 28
+  c.pp.flip = False
+  c.cache = True
+  c.shuffle_buffer = 4000
+  c.batch = 64
+  c.batch_eval = 200
+  c.optimizer = 'adam'
+  c.base_lr = 2e-3
+  c.weight_decay = 1e-4
+  c.warmup_steps = 20
+  c.total_steps = 300
+  c.log_every = 100
+  c.eval_every = 0
+  c.checkpoint_every = 0
+  c.update(overrides)
+  return c
+
+
+@functools.lru_cache(maxsize=None)
+def trained() -> tuple[str, str, dict]:
+  """(params.npz path, TFDS data dir, final metrics) of the trained tiny model."""
+  root = tempfile.mkdtemp(prefix='vit_jax_tiny_')
+  data_dir = os.path.join(root, 'tfds')
+  workdir = os.path.join(root, 'work')
+  result = train.train_and_evaluate(config(data_dir), workdir)
+  return os.path.join(workdir, train.PARAMS_FILE), data_dir, result
