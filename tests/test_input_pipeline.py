@@ -4,11 +4,13 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import numpy as np
+import tensorflow_datasets as tfds
 
 from tests import tfds_testdata
 from vit_jax import datasets
 from vit_jax import input_pipeline
 from vit_jax.data import plan
+from vit_jax.data import reader
 
 # 64 train / 16 test images of 8x8: with batch 8 and 4 shards an epoch is 8 steps.
 TINY = 'synthetic/8px_3cls_64train_16test'
@@ -54,6 +56,28 @@ class PlanTest(absltest.TestCase):
     self.assertEqual(plan.shard_bounds(10, 4), [(0, 2), (2, 5), (5, 7), (7, 10)])
     with self.assertRaisesRegex(ValueError, '3 examples, fewer than config.data_shards=4'):
       plan.shard_bounds(3, 4)
+
+
+class ReaderTest(absltest.TestCase):
+
+  def test_pieces_of_a_range(self):
+    files = reader.SplitFiles(paths=('a', 'b'), skips=(0, 5), takes=(10, 10))
+    self.assertEqual(files.pieces(8, 13), (['a', 'b'], [8, 5], [2, 3]))
+    self.assertEqual(files.pieces(12, 20), (['b'], [7], [8]))
+
+  def test_read_range_follows_the_tfds_order(self):
+    builder = datasets.prepare(datasets.resolve('mnist5k'), tfds_testdata.data_dir())
+    split = 'train[5:25]+test[:7]'
+    files = reader.split_files(builder, split)
+    self.assertEqual(files.num_examples, 27)
+    records = list(reader.read_range(files, 3, 24).as_numpy_iterator())
+    parse = builder.info.features.deserialize_example
+    labels = [int(parse(r)['label']) for r in records]
+    # TFDS interleaves files unless told to read them one after the other.
+    in_order = tfds.ReadConfig(interleave_cycle_length=1)
+    expected = [int(ex['label']) for ex in builder.as_dataset(
+        split=split, shuffle_files=False, read_config=in_order).as_numpy_iterator()][3:24]
+    self.assertEqual(labels, expected)
 
 
 class TrainPipelineTest(parameterized.TestCase):

@@ -8,6 +8,7 @@ one partial file beyond the range itself, and nothing is decoded.
 """
 import dataclasses
 import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -16,13 +17,14 @@ from vit_jax.data import plan
 
 @dataclasses.dataclass(frozen=True)
 class SplitFiles:
-  """The TFRecord pieces of a split, in order, and where each starts in the split."""
+  """The TFRecord pieces (file, records skipped, records taken) of a split, in order."""
   paths: tuple[str, ...]
   skips: tuple[int, ...]
   takes: tuple[int, ...]
 
   @property
   def num_examples(self) -> int:
+    """The number of examples of the split."""
     return sum(self.takes)
 
   def pieces(self, start: int, end: int) -> tuple[list[str], list[int], list[int]]:
