@@ -8,7 +8,9 @@ from vit_jax import memory
 def _tiny_config(rules):
   config = memory.pretrain_config()
   config.model_name = 'ViT-Ti_16'
-  config.model.num_classes = 16
+  config.model.representation_size = 0
+  config.model.num_layers = 1
+  config.model.num_classes = 10
   config.pp.crop = 32
   config.batch = 16
   config.sharding = rules
@@ -21,36 +23,24 @@ def _tiny_config(rules):
 class MemoryTest(absltest.TestCase):
 
   def test_fsdp_divides_state_over_devices(self):
-    arch = {'num_layers': 1}
-    one = memory.memory_report(_tiny_config('fsdp'), jax.devices()[:1], arch)
-    eight = memory.memory_report(_tiny_config('fsdp'), jax.devices()[:8], arch)
-    self.assertEqual(eight.mesh, {'data': 1, 'fsdp': 8})
-    self.assertEqual(one.num_params, eight.num_params)
-    # Parameters and Adam moments: 1/8 each, up to the few small replicated arrays.
-    self.assertLess(eight.params, one.params / 8 * 1.15)
-    self.assertLess(eight.opt_state, one.opt_state / 8 * 1.15)
-    self.assertGreater(eight.params, one.params / 8)
-    self.assertEqual(eight.batch * 8, one.batch)
+    report = memory.memory_report(_tiny_config('fsdp'), jax.devices()[:8])
+    self.assertEqual(report.mesh, {'data': 1, 'fsdp': 8})
+    whole = 4 * report.num_params  # float32 bytes of all parameters
+    # Parameters and each Adam moment: 1/8 per device, up to the small replicated arrays.
+    self.assertBetween(report.params, whole / 8, whole / 8 * 1.15)
+    self.assertBetween(report.opt_state, 2 * whole / 8, 2 * whole / 8 * 1.15 + 16)
+    self.assertEqual(report.batch * 8, 16 * (32 * 32 * 3 + 10) * 4)  # images, one-hot labels
     # The compiled inputs are the state and the batch (plus a step counter and an rng key).
-    for report in (one, eight):
-      held = report.params + report.opt_state + report.batch
-      self.assertBetween(report.argument - held, 0, 64)
-      self.assertGreater(report.temp, 0)
-    self.assertLess(eight.total, one.total / 4)
-
-  def test_replicated_state_is_whole_on_every_device(self):
-    four = memory.memory_report(_tiny_config('replicate'), jax.devices()[:4],
-                                {'num_layers': 1})
-    self.assertEqual(four.mesh, {'data': 4, 'fsdp': 1})
-    self.assertEqual(four.params, 4 * four.num_params)  # float32, whole
-    # Adam's two moments, plus its int32 step counts.
-    self.assertBetween(four.opt_state - 2 * four.params, 0, 16)
+    held = report.params + report.opt_state + report.batch
+    self.assertBetween(report.argument - held, 0, 64)
+    self.assertGreater(report.temp, 0)
+    self.assertIn('| 8 | data1xfsdp8 |', memory.format_table([report]))
 
   def test_indivisible_batch(self):
     config = _tiny_config('fsdp')
     config.batch = 12
     with self.assertRaisesRegex(ValueError, 'config.batch=12 is not divisible by 8'):
-      memory.memory_report(config, jax.devices()[:8], {'num_layers': 1})
+      memory.memory_report(config, jax.devices()[:8])
 
 
 if __name__ == '__main__':

@@ -11,6 +11,7 @@ the pre-training recipe (ViT-H/14, Adam, batch 4096, 224px); --config.KEY overri
 """
 from collections.abc import Sequence
 import dataclasses
+import functools
 import math
 import time
 from typing import Any, Callable
@@ -21,85 +22,30 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_flags
-import optax
 
-from configs import common
-from vit_jax import models
+from configs import pretrain
+from vit_jax import optim
 from vit_jax import sharding
+from vit_jax import train
+from vit_jax import train_step
 
 GiB = 2**30
 
 
 def pretrain_config() -> ml_collections.ConfigDict:
-  """The base config with the ViT pre-training recipe (Adam, batch 4096, wd 0.1, 224px)."""
-  config = common.get_base_config()
-  config.model_name = 'ViT-H_14'
-  config.model.num_classes = 21843
-  config.pp.crop = 224
-  config.batch = 4096
-  config.optimizer = 'adam'
-  config.base_lr = 1e-3
-  config.warmup_steps = 10_000
-  config.decay_type = 'linear'
-  config.weight_decay = 0.1
-  config.grad_clip_norm = 1.0
-  config.loss = 'sigmoid_xent'
+  """The paper's pre-training recipe for ViT-H/14 on ImageNet-21k (Adam, batch 4096, 224px)."""
+  config = pretrain.get_config('h14,imagenet21k')
+  config.model.num_classes = 21843  # ImageNet-21k, without reading the dataset
   return config
 
 
-def make_model(config: ml_collections.ConfigDict, arch: dict[str, int]) -> Any:
-  """The config's model with architecture overrides (width, depth, heads, mlp)."""
-  kwargs = {k: v for k, v in config.model.items()
-            if not (k in ('representation_size', 'dropout_rate') and v < 0)}
-  kwargs['num_classes'] = config.model.num_classes
-  return models.get_model(config.model_name, **kwargs, **arch)
-
-
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """The optimizer of the recipe: clipping, then Adam(W) or SGD with momentum."""
-  schedule = optax.linear_schedule(0.0, config.base_lr, max(config.warmup_steps, 1))
-  if config.optimizer == 'adam':
-    opt = optax.adamw(schedule, b1=config.b1, b2=config.b2,
-                      weight_decay=config.weight_decay,
-                      mu_dtype=jnp.dtype(config.optim_dtype))
-  elif config.optimizer == 'sgd':
-    opt = optax.sgd(schedule, momentum=config.momentum,
-                    accumulator_dtype=jnp.dtype(config.optim_dtype))
-  else:
-    raise ValueError(f'config.optimizer={config.optimizer!r}: use "adam" or "sgd".')
-  if config.grad_clip_norm:
-    opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
-  return opt
-
-
-def make_init_and_step(config: ml_collections.ConfigDict, model: Any,
-                       tx: optax.GradientTransformation) -> tuple[Callable, Callable]:
-  """init(rng) -> state and step(state, batch) -> (state, loss) of the training recipe."""
+def build_state_and_step(config: ml_collections.ConfigDict) -> tuple[Callable, Callable]:
+  """The trainer's init(rng) -> TrainState and step(state, batch) for this config."""
+  model = train.build_model(config, config.model.num_classes)
+  tx = optim.make_optimizer(config)
   size = config.pp.crop
-
-  def init(rng):
-    images = jnp.zeros((1, size, size, 3), jnp.float32)
-    params = model.init(rng, images, train=False)['params']
-    return {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt_state': tx.init(params),
-            'rng': rng}
-
-  def step(state, batch):
-    rng = jax.random.fold_in(state['rng'], state['step'])
-
-    def loss_fn(params):
-      logits = model.apply({'params': params}, batch['image'], train=True,
-                           rngs={'dropout': rng})
-      labels = jax.nn.one_hot(batch['label'], logits.shape[-1])
-      if config.loss == 'sigmoid_xent':
-        return optax.sigmoid_binary_cross_entropy(logits, labels).sum(-1).mean()
-      return optax.softmax_cross_entropy(logits, labels).mean()
-
-    loss, grads = jax.value_and_grad(loss_fn)(state['params'])
-    updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
-    params = optax.apply_updates(state['params'], updates)
-    return {**state, 'step': state['step'] + 1, 'params': params,
-            'opt_state': opt_state}, loss
-
+  init = functools.partial(train_step.init_state, model, tx, image_shape=(1, size, size, 3))
+  step = train_step.make_train_step(model, tx, config, optim.make_schedule(config))
   return init, step
 
 
@@ -133,17 +79,18 @@ class MemoryReport:
     return self.argument + self.output - self.alias + self.temp
 
 
-def memory_report(config: ml_collections.ConfigDict, devices: Sequence[jax.Device],
-                  arch: dict[str, int] | None = None) -> MemoryReport:
+def memory_report(config: ml_collections.ConfigDict,
+                  devices: Sequence[jax.Device]) -> MemoryReport:
   """Lowers and compiles the sharded train step on `devices` without allocating arrays."""
   n = len(devices)
+  if config.model.num_classes < 1:
+    raise ValueError(f'config.model.num_classes={config.model.num_classes}: give the '
+                     'number of classes (the memory tool reads no dataset).')
   if config.batch % n:
     raise ValueError(f'config.batch={config.batch} is not divisible by {n} devices.')
   mesh = sharding.make_mesh(config.mesh, devices=devices)
-  model = make_model(config, arch or {})
-  init, step = make_init_and_step(config, model, make_optimizer(config))
-
-  abstract = jax.eval_shape(init, jax.random.key_data(jax.random.key(0)))
+  init, step = build_state_and_step(config)
+  abstract = jax.eval_shape(init, jax.random.PRNGKey(config.seed))
   shardings = sharding.tree_shardings(abstract, mesh, config)
   state = jax.tree_util.tree_map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
@@ -152,7 +99,8 @@ def memory_report(config: ml_collections.ConfigDict, devices: Sequence[jax.Devic
   batch = {
       'image': jax.ShapeDtypeStruct((config.batch, size, size, 3), jnp.float32,
                                     sharding=batch_sharding),
-      'label': jax.ShapeDtypeStruct((config.batch,), jnp.int32, sharding=batch_sharding),
+      'label': jax.ShapeDtypeStruct((config.batch, config.model.num_classes), jnp.float32,
+                                    sharding=batch_sharding),
   }
   jitted = jax.jit(step, in_shardings=(shardings, batch_sharding),
                    out_shardings=(shardings, None), donate_argnums=0)
@@ -162,9 +110,9 @@ def memory_report(config: ml_collections.ConfigDict, devices: Sequence[jax.Devic
   stats = compiled.memory_analysis()
   return MemoryReport(
       devices=n, mesh=dict(mesh.shape),
-      num_params=sum(x.size for x in jax.tree_util.tree_leaves(abstract['params'])),
-      params=_per_device_bytes(state['params']),
-      opt_state=_per_device_bytes(state['opt_state']),
+      num_params=sum(x.size for x in jax.tree_util.tree_leaves(abstract.params)),
+      params=_per_device_bytes(state.params),
+      opt_state=_per_device_bytes(state.opt_state),
       batch=_per_device_bytes(batch),
       argument=stats.argument_size_in_bytes, output=stats.output_size_in_bytes,
       alias=stats.alias_size_in_bytes, temp=stats.temp_size_in_bytes,
@@ -213,11 +161,13 @@ def main(argv: Sequence[str]) -> None:
   if max(counts) > len(available):
     raise app.UsageError(f'--devices={max(counts)} but only {len(available)} devices exist; '
                          'use --simulate or fewer devices.')
-  arch = {name: flag.value for name, flag in _ARCH.items() if flag.value}
-  config = _CONFIG.value
+  config = ml_collections.ConfigDict(_CONFIG.value.to_dict())
+  for name, flag in _ARCH.items():
+    if flag.value:
+      config.model[name] = flag.value
   reports = []
   for n in counts:
-    report = memory_report(config, available[:n], arch)
+    report = memory_report(config, available[:n])
     print(f'{n} devices: {report.num_params / 1e9:.2f}B parameters, '
           f'peak {report.total / GiB:.2f} GiB per device', flush=True)
     reports.append(report)
