@@ -13,7 +13,6 @@ from PIL import Image
 import skimage.data
 
 from tests import tiny_trained
-from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import predict
 from vit_jax import visualize

@@ -7,8 +7,8 @@ Mixer's token-mixing width); --resolution=N runs a ViT at another one by
 interpolating the position embeddings. Images of any size are resized to it
 (bilinear, no crop: the original vit_jax evaluation) and scaled to [-1, 1].
 Class names: --labels=imagenet1k|imagenet21k (shipped in vit_jax/labels/) or
-any TFDS dataset name (its ClassLabel names); by default imagenet1k for 1,000
-outputs, imagenet21k for 21,843, else class indices.
+a dataset name as in config.dataset (cifar10, mnist5k, tfds:NAME, ...); by
+default imagenet1k for 1,000 outputs, imagenet21k for 21,843, else indices.
 """
 from collections.abc import Mapping, Sequence
 import dataclasses
@@ -227,25 +227,22 @@ def load_image(path: str, resolution: int) -> np.ndarray:
 
 
 def load_label_names(labels: str, data_dir: Optional[str] = None) -> list[str]:
-  """Class names of 'imagenet1k', 'imagenet21k' or a TFDS dataset, in output order."""
+  """Class names of 'imagenet1k', 'imagenet21k' or a training dataset, in output order."""
   if labels in SHIPPED_LABELS:
     text = (importlib.resources.files('vit_jax') / 'labels' /
             f'{labels}.txt').read_text(encoding='utf-8')
     return [line.split('\t', 1)[-1] for line in text.splitlines() if line]
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  import vit_jax.data  # pylint: disable=g-import-not-at-top,unused-import  # registers embedded sets
+  from vit_jax import datasets  # pylint: disable=g-import-not-at-top  # imports TF
   try:
-    info = tfds.builder(labels, data_dir=data_dir).info
-  except (tfds.core.registered.DatasetNotFoundError, ValueError, TypeError) as e:
-    del e
-    raise ValueError(f'Unknown label set {labels!r}: use imagenet1k, imagenet21k or '
-                     'a TFDS dataset name (e.g. cifar10, mnist5k).') from None
-  label_key = (info.supervised_keys or (None, 'label'))[1]
-  feature = info.features[label_key] if label_key in info.features else None
-  if not isinstance(feature, tfds.features.ClassLabel):
-    raise ValueError(f'Label set {labels!r}: TFDS dataset has no ClassLabel '
-                     f'feature {label_key!r}; use imagenet1k or imagenet21k.')
-  return list(feature.names)
+    datasets.resolve(labels)
+  except ValueError:
+    raise ValueError(f'Unknown label set {labels!r}: use imagenet1k, imagenet21k or a '
+                     'dataset name vit_jax trains on (e.g. cifar10, mnist5k, '
+                     'tfds:NAME).') from None
+  config = ml_collections.ConfigDict({
+      'dataset': labels, 'train_split': '', 'eval_split': '', 'data_dir': data_dir,
+      'manual_dir': None})
+  return list(datasets.get_dataset_info(config).label_names)
 
 
 def default_labels(num_classes: int) -> Optional[str]:
@@ -304,8 +301,8 @@ def _define_flags() -> None:
                       'config.json beside the checkpoint (a vit_jax workdir).')
   flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (local or gs://).',
                       required=True)
-  flags.DEFINE_string('labels', None, 'imagenet1k | imagenet21k | a TFDS dataset '
-                      'name; default: by the number of outputs.')
+  flags.DEFINE_string('labels', None, 'imagenet1k | imagenet21k | a dataset name '
+                      '(as in config.dataset); default: by the number of outputs.')
   flags.DEFINE_integer('resolution', None, 'Input resolution; default: the '
                        "checkpoint's.")
   flags.DEFINE_enum('activation', 'auto', ['auto', 'softmax', 'sigmoid'],
