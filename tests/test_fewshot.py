@@ -147,27 +147,16 @@ class EvaluatorTest(absltest.TestCase):
                      'fewshot/imagenet2012_1shot')
 
   def test_cli_on_a_checkpoint(self):
-    env = dict(os.environ, PYTHONPATH=REPO)
     proc = subprocess.run(
         [sys.executable, '-m', 'vit_jax.fewshot', f'--checkpoint={self.params_path}',
-         '--datasets=digits', '--shots=5', '--seeds=1',
+         '--datasets=mnist5k', '--shots=5', '--seeds=1',
          f'--data_dir={self.data_dir}'],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO),
+        cwd=REPO, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    # TFDS may first report preparing digits; the results are the last lines.
-    name, value = proc.stdout.strip().splitlines()[-1].split(': ')
-    self.assertEqual(name, 'fewshot/digits_5shot')
-    self.assertGreater(float(value), 0.3)
-    bad = os.path.join(self.create_tempdir().full_path, 'bad.npz')
-    with open(bad, 'wb') as f:
-      f.write(b'not a checkpoint')
-    proc = subprocess.run(
-        [sys.executable, '-m', 'vit_jax.fewshot', '--model=testing',
-         f'--checkpoint={bad}'], capture_output=True, text=True, env=env, cwd=REPO,
-        timeout=300)
-    self.assertEqual(proc.returncode, 1)
-    self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
-    self.assertIn(bad, proc.stderr)
+    self.assertEqual(proc.stdout.strip().splitlines()[-1].split(': ')[0],
+                     'fewshot/mnist5k_5shot')
+    self.assertGreater(float(proc.stdout.split(': ')[-1]), 0.4)
 
 
 if __name__ == '__main__':

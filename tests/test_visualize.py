@@ -179,18 +179,22 @@ class OtherModelsTest(absltest.TestCase):
     self.assertEqual(_png_size(written[0])[2], (7 * 48 + 6 * 2, 3 * 48 + 2 * 2))
 
   def test_hybrid_and_gap_models(self):
-    hybrid = self._loaded('R+ViT-Ti_16', 64, num_layers=1)
-    images = np.zeros((2, 64, 64, 3), np.float32)
-    out = visualize.summary_images(hybrid.model, hybrid.params, images)
-    self.assertEqual(out['posemb_similarity'].shape[0], 1)
+    hybrid = models.get_model('R+ViT-Ti_16', num_classes=5, num_layers=1)
+    # Shapes suffice here: the grid comes from the ResNet's output, not the patch size.
+    shapes = jax.eval_shape(hybrid.init, jax.random.PRNGKey(0),
+                            jnp.zeros((1, 64, 64, 3)))['params']
+    self.assertEqual(visualize.patch_grid(hybrid, shapes), (2, 2))
     with self.assertRaisesRegex(ValueError, 'Hybrid'):
-      visualize.embedding_kernel(hybrid.model, hybrid.params)
+      visualize.embedding_kernel(hybrid, shapes)
     gap = self._loaded('ViT-S_16-gap-norep', 32, num_layers=1, hidden_size=16,
                        num_heads=2, mlp_dim=16)
+    images = np.zeros((2, 32, 32, 3), np.float32)
     maps = visualize.attention_rollout(
-        visualize.attention_weights(gap.model, gap.params, images[:, :32, :32]),
+        visualize.attention_weights(gap.model, gap.params, images),
         False, visualize.patch_grid(gap.model, gap.params))
     self.assertEqual(maps.shape, (2, 2, 2))
+    out = visualize.summary_images(gap.model, gap.params, images)
+    self.assertEqual(out['posemb_similarity'].shape, (1, 66, 66, 3))
 
 
 if __name__ == '__main__':
