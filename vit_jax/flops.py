@@ -175,26 +175,34 @@ def model_flops_per_image(model_config_or_name: ModelSpec, resolution: int, *,
   return 3.0 * fwd if train else fwd
 
 
-def device_peak_flops(device: Optional[jax.Device] = None,
-                      dtype: str = 'bfloat16') -> Optional[float]:
-  """Datasheet dense peak FLOP/s of one device for `dtype`; None when unknown."""
-  device = device or jax.devices()[0]
+def peak_flops_for_kind(device_kind: str,
+                        dtype: str = 'bfloat16') -> Optional[float]:
+  """Datasheet dense peak FLOP/s for a device_kind string; None when unknown."""
   table = _PEAK_TABLES.get(str(jnp.dtype(dtype)))
-  if table is None or device.platform == 'cpu':
+  if table is None:
     return None
-  kind = device.device_kind
   for name, peak in table:
-    if name.lower() in kind.lower():
+    if name.lower() in device_kind.lower():
       return peak
   return None
 
 
+def device_peak_flops(device: Optional[jax.Device] = None,
+                      dtype: str = 'bfloat16') -> Optional[float]:
+  """Datasheet dense peak FLOP/s of one device for `dtype`; None when unknown."""
+  device = device or jax.devices()[0]
+  if device.platform == 'cpu':
+    return None
+  return peak_flops_for_kind(device.device_kind, dtype)
+
+
 def measure_peak_flops(dtype: str = 'bfloat16', n: int = 8192, *,
                        device: Optional[jax.Device] = None,
-                       inner: int = 10, repeats: int = 5) -> float:
+                       inner: int = 20, repeats: int = 5) -> float:
   """Times `inner` chained n x n x n matmuls on the device; returns FLOP/s.
 
-  Random operands (zeros run faster on some GPUs); the median of `repeats`.
+  Random operands (zeros run faster on some GPUs); after a warm-up that lets
+  the clocks settle, the best of `repeats` timings (a peak, not a typical rate).
   """
   device = device or jax.devices()[0]
   dt = jnp.dtype(dtype)
@@ -207,13 +215,16 @@ def measure_peak_flops(dtype: str = 'bfloat16', n: int = 8192, *,
 
   @jax.jit
   def chain(a, b):
-    return jax.lax.fori_loop(0, inner, lambda _, c: c @ b, a)
+    # Unrolled: a fori_loop carry adds a copy per product on GPU.
+    for _ in range(inner):
+      a = a @ b
+    return a
 
-  chain(a, b).block_until_ready()
-  times = []
+  for _ in range(2):
+    chain(a, b).block_until_ready()
+  best = float('inf')
   for _ in range(repeats):
     t = time.perf_counter()
     chain(a, b).block_until_ready()
-    times.append(time.perf_counter() - t)
-  times.sort()
-  return 2.0 * n**3 * inner / times[len(times) // 2]
+    best = min(best, time.perf_counter() - t)
+  return 2.0 * n**3 * inner / best

@@ -1,5 +1,5 @@
 """Multi-head self-attention with a switchable kernel and the original parameter tree."""
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -44,18 +44,26 @@ def resolve_implementation(implementation: str, dtype: Any,
   return implementation
 
 
-def _cudnn_attention(q, k, v, pad_multiple: int):
-  """cuDNN fused attention, optionally padding the sequence (padded keys masked)."""
-  seq = q.shape[1]
-  padded = -(-seq // pad_multiple) * pad_multiple
-  if padded == seq:
+def padded_length(tokens: int, pad_multiple: int) -> int:
+  """Token count cuDNN runs on: a multiple of `pad_multiple`, and even.
+
+  cuDNN's training kernels reject odd sequence lengths (jax 0.11), so an odd
+  multiple is doubled.
+  """
+  if not isinstance(pad_multiple, int) or pad_multiple < 1:
+    raise ValueError(f'attention pad multiple must be an int >= 1, got '
+                     f'{pad_multiple!r}.')
+  multiple = pad_multiple if pad_multiple % 2 == 0 else 2 * pad_multiple
+  return -(-tokens // multiple) * multiple
+
+
+def _cudnn_attention(q, k, v, valid: int):
+  """cuDNN fused attention over the first `valid` keys of the (padded) sequence."""
+  if valid == q.shape[1]:
     return jax.nn.dot_product_attention(q, k, v, implementation='cudnn')
-  pad = [(0, 0), (0, padded - seq), (0, 0), (0, 0)]
-  q, k, v = (jnp.pad(t, pad) for t in (q, k, v))
-  lengths = jnp.full((q.shape[0],), seq, dtype=jnp.int32)
-  out = jax.nn.dot_product_attention(
+  lengths = jnp.full((q.shape[0],), valid, dtype=jnp.int32)
+  return jax.nn.dot_product_attention(
       q, k, v, key_value_seq_lengths=lengths, implementation='cudnn')
-  return out[:, :seq]
 
 
 class _Projection(nn.Module):
@@ -82,8 +90,11 @@ class MultiHeadDotProductAttention(nn.Module):
   dropout_rate: float = 0.0
   deterministic: bool = True
   implementation: str = 'xla'
-  # cuDNN pads the token axis to a multiple of this (1 = no padding).
-  pad_multiple: int = 1
+  # cuDNN pads the token axis to a multiple of this (made even).
+  pad_multiple: int = 8
+  # Set when the caller already padded the tokens: only the first
+  # `valid_tokens` are attended to, and nothing is padded here.
+  valid_tokens: Optional[int] = None
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -92,9 +103,6 @@ class MultiHeadDotProductAttention(nn.Module):
       raise ValueError(f'Hidden size {features} is not divisible by '
                        f'num_heads={self.num_heads}.')
     heads, head_dim = self.num_heads, features // self.num_heads
-    if not isinstance(self.pad_multiple, int) or self.pad_multiple < 1:
-      raise ValueError(f'attention pad multiple must be an int >= 1, got '
-                       f'{self.pad_multiple!r}.')
     xavier = nn.initializers.xavier_uniform()
     in_init = _split_heads_init(xavier, heads, head_dim, axis=1)
     out_init = _split_heads_init(xavier, heads, head_dim, axis=0)
@@ -111,21 +119,31 @@ class MultiHeadDotProductAttention(nn.Module):
     impl = resolve_implementation(self.implementation, self.dtype, head_dim)
     if self.dropout_rate > 0 and not self.deterministic:
       impl = 'xla'  # the fused kernels have no attention dropout
-    if impl == 'cudnn':
-      out = _cudnn_attention(q, k, v, self.pad_multiple)
+    seq = q.shape[1]
+    valid = seq if self.valid_tokens is None else self.valid_tokens
+    if impl == 'cudnn' and self.valid_tokens is None:
+      padded = padded_length(seq, self.pad_multiple)
+      pad = [(0, 0), (0, padded - seq), (0, 0), (0, 0)]
+      q, k, v = (jnp.pad(t, pad) for t in (q, k, v))
+      out = _cudnn_attention(q, k, v, valid)[:, :seq]
+    elif impl == 'cudnn':
+      out = _cudnn_attention(q, k, v, valid)
     else:
-      out = self._xla_attention(q, k, v, head_dim)
+      out = self._xla_attention(q, k, v, head_dim, valid)
 
     w_out, b_out = _Projection((heads, head_dim, features), (features,),
                                out_init, name='out')()
     y = jnp.einsum('bshk,hkd->bsd', out, w_out.astype(self.dtype))
     return y + b_out.astype(self.dtype)
 
-  def _xla_attention(self, q, k, v, head_dim: int) -> jax.Array:
+  def _xla_attention(self, q, k, v, head_dim: int, valid: int) -> jax.Array:
     """Plain softmax attention; records the weights for visualisation."""
     logits = jnp.einsum('bqhk,bshk->bhqs', q, k) / jnp.sqrt(
         jnp.asarray(head_dim, q.dtype))
-    weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    logits = logits.astype(jnp.float32)
+    if valid != k.shape[1]:
+      logits = jnp.where(jnp.arange(k.shape[1]) < valid, logits, -1e30)
+    weights = jax.nn.softmax(logits, axis=-1)
     self.sow('intermediates', 'attention_weights', weights)
     weights = weights.astype(self.dtype)
     if self.dropout_rate > 0 and not self.deterministic:

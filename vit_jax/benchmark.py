@@ -1,0 +1,394 @@
+"""Throughput and MFU of the trainer's own train step (or the eval forward pass).
+
+  python -m vit_jax.benchmark --model=ViT-B_16 --batch=256 --resolution=224 \
+      --mode=train --optimizer=adam --steps=20 --compare=timm
+
+Times exactly what the trainer runs: models.get_model, optim.make_optimizer,
+train_step.make_train_step, jitted with the trainer's mesh shardings and state
+donation, on a synthetic batch resident on the devices (--input=host feeds a
+fresh host batch each step instead). Prints img/s, step time, compile time,
+peak device memory, analytic FLOPs (flops.py's convention: train = 3x forward)
+and MFU against the peak it names; with --compare=timm it first runs timm's
+same-size model (vit_jax/bench_timm.py) in its own process and prints the ratio.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax import flops
+from vit_jax import models
+from vit_jax import optim
+from vit_jax import sharding
+from vit_jax import train_step
+from vit_jax.models import attention as attention_lib
+from vit_jax.models import vit as vit_lib
+
+MODES = ('train', 'infer')
+PEAKS = ('auto', 'measure', 'table')
+GiB = 2**30
+
+
+def base_config() -> Any:
+  """The trainer's config schema (configs/common.py) with its defaults."""
+  try:
+    from configs import common  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise FileNotFoundError(
+        'configs/common.py is not importable; run the benchmark from the '
+        'repository root (python -m vit_jax.benchmark).') from None
+  return common.get_base_config()
+
+
+def make_config(args: argparse.Namespace) -> Any:
+  """The train config the benchmark's step uses: the recipe of --optimizer."""
+  c = base_config()
+  c.model_name = args.model
+  c.batch = args.batch
+  c.accum_steps = args.accum_steps
+  c.optimizer = args.optimizer
+  c.grad_clip_norm = args.clip
+  c.total_steps = 10**6
+  c.warmup_steps = 10
+  if args.optimizer == 'adam':  # pre-training recipe
+    c.base_lr, c.weight_decay = 1e-3, 0.1
+  else:  # fine-tuning recipe
+    c.base_lr, c.weight_decay = 0.03, 0.0
+  c.mesh.data, c.mesh.fsdp = -1, 1
+  return c
+
+
+def model_overrides(args: argparse.Namespace) -> dict:
+  """get_model keyword arguments from the benchmark's model flags."""
+  cfg = models.get_model_config(args.model)
+  if models.is_mixer(cfg):
+    return {'dtype': args.dtype}
+  out = {'dtype': args.dtype, 'attention': args.attention,
+         'remat': {'none': False, 'full': True}.get(args.remat, args.remat),
+         'attention_pad_multiple': args.pad_multiple,
+         'scan_layers': args.scan_layers,
+         'patch_embedding': args.patch_embedding}
+  if args.dropout >= 0:
+    out['dropout_rate'] = args.dropout
+  return out
+
+
+def _given_peak(mode: str) -> Optional[float]:
+  """The --peak value in FLOP/s when it is a number; checks the other modes."""
+  if mode.replace('.', '', 1).isdigit():
+    if float(mode) <= 0:
+      raise ValueError(f'--peak={mode}: a given peak must be positive TFLOP/s.')
+    return float(mode) * 1e12
+  if mode not in PEAKS:
+    raise ValueError(f'--peak={mode!r}: use one of {PEAKS} or a number in '
+                     'TFLOP/s.')
+  return None
+
+
+def _peak(mode: str, dtype: str, device: jax.Device) -> tuple:
+  """(peak FLOP/s or None, how it was obtained) for the --peak mode."""
+  given = _given_peak(mode)
+  if given:
+    return given, f'given {given / 1e12:g} TFLOP/s'
+  table = flops.device_peak_flops(device, dtype)
+  if mode == 'table' or (mode == 'auto' and device.platform == 'tpu'):
+    return table, f'datasheet {device.device_kind}'
+  # A small matmul on CPU: only there to make the field exist in CI runs.
+  n = 8192 if device.platform != 'cpu' else 512
+  measured = flops.measure_peak_flops(dtype, n, device=device)
+  return measured, f'measured {n}^3 {dtype} matmul'
+
+
+def _memory(device: jax.Device) -> Optional[float]:
+  """Peak bytes the allocator handed out on `device`, in GiB (None if unknown)."""
+  stats = device.memory_stats() if hasattr(device, 'memory_stats') else None
+  if not stats or 'peak_bytes_in_use' not in stats:
+    return None
+  return stats['peak_bytes_in_use'] / GiB
+
+
+def _compiled_memory(compiled: Any) -> Optional[float]:
+  """GiB one device needs for the executable: arguments, outputs, temporaries."""
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if m is None:
+    return None
+  total = (m.argument_size_in_bytes + m.output_size_in_bytes
+           - m.alias_size_in_bytes + m.temp_size_in_bytes)
+  return total / GiB
+
+
+def _xla_flops(compiled: Any, platform: str) -> Optional[float]:
+  """XLA's own FLOP count of a compiled step (None when it gives none).
+
+  Not on GPU: there cuBLAS/cuDNN custom calls are left out of the count.
+  """
+  if platform == 'gpu':
+    return None
+  try:
+    cost = compiled.cost_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  return float(cost['flops']) if cost and 'flops' in cost else None
+
+
+def _time(fn, steps: int, warmup: int, repeats: int) -> list:
+  """Seconds per step of `repeats` windows of `steps` calls, after `warmup`."""
+  out = None
+  for _ in range(warmup):
+    out = fn()
+  jax.block_until_ready(out)
+  windows = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    for _ in range(steps):
+      out = fn()
+    jax.block_until_ready(out)
+    windows.append((time.perf_counter() - t) / steps)
+  return windows
+
+
+def _compare_timm(args: argparse.Namespace) -> dict:
+  """Runs vit_jax.bench_timm in its own process and parses its JSON line."""
+  cmd = [sys.executable, '-m', 'vit_jax.bench_timm', f'--model={args.model}',
+         f'--batch={args.batch}', f'--resolution={args.resolution}',
+         f'--mode={args.mode}', f'--steps={args.steps}',
+         f'--warmup={args.warmup}', f'--repeats={args.repeats}',
+         f'--optimizer={args.optimizer}', f'--clip={args.clip}',
+         f'--num_classes={args.num_classes}']
+  proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
+  if not lines:
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['']
+    return {'error': f'exit {proc.returncode}: {tail[0][:300]}'}
+  return json.loads(lines[-1])
+
+
+def _batch(args: argparse.Namespace, seed: int) -> dict:
+  """A host batch: images in [-1, 1] and one-hot labels, as the pipeline gives."""
+  rng = np.random.default_rng(seed)
+  images = rng.uniform(-1, 1, (args.batch, args.resolution, args.resolution,
+                               3)).astype(np.float32)
+  labels = np.eye(args.num_classes, dtype=np.float32)[
+      rng.integers(0, args.num_classes, args.batch)]
+  return {'image': images, 'label': labels}
+
+
+def _check(args: argparse.Namespace, n_devices: int) -> None:
+  """One-line errors for flag values that would otherwise fail inside JAX."""
+  for key in ('batch', 'steps', 'repeats', 'resolution', 'num_classes',
+              'accum_steps'):
+    if getattr(args, key) < 1:
+      raise ValueError(f'--{key}={getattr(args, key)} must be positive.')
+  if args.warmup < 0:
+    raise ValueError(f'--warmup={args.warmup} must be >= 0.')
+  _given_peak(args.peak)
+  if args.batch % (args.accum_steps * n_devices):
+    raise ValueError(
+        f'--batch={args.batch} is not divisible by {n_devices} devices x '
+        f'--accum_steps={args.accum_steps}; use a multiple of '
+        f'{n_devices * args.accum_steps}.')
+  patch = models.get_model_config(args.model).patches.size[0]
+  if args.resolution % patch and 'resnet' not in models.get_model_config(
+      args.model):
+    raise ValueError(f'--resolution={args.resolution} is not divisible by '
+                     f"{args.model}'s patch size {patch}.")
+
+
+def run(args: argparse.Namespace) -> dict:
+  """Benchmarks the configured step; returns every reported field."""
+  devices = jax.devices()[:args.devices] if args.devices else jax.devices()
+  if args.devices and args.devices > len(jax.devices()):
+    raise ValueError(f'--devices={args.devices} but only {len(jax.devices())} '
+                     'devices exist.')
+  _check(args, len(devices))
+  config = make_config(args)
+  model = models.get_model(args.model, num_classes=args.num_classes,
+                           **model_overrides(args))
+  mesh = sharding.make_mesh(config.mesh, devices)
+  batch_sharding = sharding.batch_sharding(mesh)
+  host = _batch(args, 0)
+  res = {'model': args.model, 'mode': args.mode, 'batch': args.batch,
+         'resolution': args.resolution, 'dtype': args.dtype,
+         'devices': len(devices), 'device_kind': devices[0].device_kind,
+         'jax': jax.__version__}
+  if not models.is_mixer(models.get_model_config(args.model)):
+    res['attention'] = attention_lib.resolve_implementation(
+        args.attention, jnp.dtype(args.dtype),
+        model.hidden_size // model.transformer['num_heads'])
+  tx = optim.make_optimizer(config)
+  image_shape = (1, args.resolution, args.resolution, 3)
+  init_fn = lambda r: train_step.init_state(model, tx, r, image_shape)  # noqa: E731
+  abstract = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
+  state_sh = sharding.tree_shardings(abstract, mesh, config)
+  state = jax.jit(init_fn, out_shardings=state_sh)(jax.random.PRNGKey(0))
+  if args.mode == 'train':
+    res['optimizer'] = args.optimizer
+    fn = jax.jit(
+        train_step.make_train_step(model, tx, config,
+                                   optim.make_schedule(config)),
+        in_shardings=(state_sh, batch_sharding),
+        out_shardings=(state_sh, None),
+        donate_argnums=0 if args.donate else ())
+    params_or_state = state
+  else:
+    params_or_state = state.params
+    del state
+    fn = jax.jit(lambda p, b: model.apply({'params': p}, b['image'],
+                                          train=False),
+                 in_shardings=(state_sh.params, batch_sharding))
+  batch = jax.device_put(host, batch_sharding)
+  t = time.perf_counter()
+  compiled = fn.lower(params_or_state, batch).compile()
+  res['compile_s'] = time.perf_counter() - t
+  res['compiled_mem_gib'] = _compiled_memory(compiled)
+  xla = _xla_flops(compiled, devices[0].platform)
+  res['xla_gflops_per_image'] = (xla / args.batch * len(devices) / 1e9
+                                 if xla else None)
+
+  hosts = [host, _batch(args, 1)]
+  holder = {'x': params_or_state, 'i': 0}
+
+  def one_step():
+    b = batch
+    if args.input == 'host':
+      holder['i'] += 1
+      b = jax.device_put(hosts[holder['i'] % 2], batch_sharding)
+    if args.mode == 'train':
+      holder['x'], metrics = compiled(holder['x'], b)
+      return metrics
+    return compiled(holder['x'], b)
+
+  windows = _time(one_step, args.steps, args.warmup, args.repeats)
+  sec = statistics.median(windows)
+  res['step_ms'] = sec * 1e3
+  res['step_ms_spread'] = (max(windows) - min(windows)) * 1e3
+  res['img_s'] = args.batch / sec
+  res['img_s_per_device'] = res['img_s'] / len(devices)
+  res['peak_mem_gib'] = _memory(devices[0])
+  per_image = flops.model_flops_per_image(
+      models.get_model_config(args.model), args.resolution,
+      train=args.mode == 'train', num_classes=args.num_classes)
+  res['gflops_per_image'] = per_image / 1e9
+  achieved = res['img_s_per_device'] * per_image
+  res['tflops_per_device'] = achieved / 1e12
+  peak, how = _peak(args.peak, args.dtype, devices[0])
+  res['peak_tflops'] = peak / 1e12 if peak else None
+  res['peak_source'] = how
+  res['mfu'] = achieved / peak if peak else None
+  spec = flops.device_peak_flops(devices[0], args.dtype)
+  res['mfu_datasheet'] = achieved / spec if spec else None
+  return res
+
+
+def _fmt(value: Any) -> str:
+  if value is None:
+    return 'n/a'
+  if isinstance(value, float):
+    return f'{value:.4g}' if abs(value) < 1e4 else f'{value:.0f}'
+  return str(value)
+
+
+def format_report(res: dict) -> str:
+  """The human-readable block the command prints."""
+  lines = [f'{k:22s} {_fmt(v)}' for k, v in res.items()
+           if k not in ('timm', 'ratio_vs_timm')]
+  timm = res.get('timm')
+  if timm is not None:
+    if 'img_s' in timm:
+      lines.append(f'{"timm_model":22s} {timm["timm_model"]} (torch '
+                   f'{timm["torch"]}, timm {timm["timm"]}, bf16 autocast, '
+                   'torch.compile)')
+      lines.append(f'{"timm_img_s":22s} {timm["img_s"]:.1f}')
+      lines.append(f'{"timm_step_ms":22s} {timm["step_ms"]:.2f}')
+      lines.append(f'{"timm_compile_s":22s} {timm["compile_s"]:.1f}')
+      lines.append(f'{"timm_peak_mem_gib":22s} {timm["peak_mem_gib"]:.1f}')
+      lines.append(f'{"torch_peak_tflops":22s} {timm["torch_peak_tflops"]:.0f} '
+                   '(torch 8192^3 bf16 matmul, same run)')
+      lines.append(f'{"ratio_vs_timm":22s} {res["ratio_vs_timm"]:.3f}')
+    else:
+      lines.append(f'{"timm":22s} skipped: '
+                   f'{timm.get("skipped") or timm.get("error")}')
+  return '\n'.join(lines)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  """The command's flags."""
+  p = argparse.ArgumentParser(
+      prog='python -m vit_jax.benchmark',
+      description='Throughput and MFU of the trainer\'s train step.')
+  p.add_argument('--model', default='ViT-B_16', help='preset name')
+  p.add_argument('--batch', type=int, default=256, help='global batch')
+  p.add_argument('--resolution', type=int, default=224)
+  p.add_argument('--mode', choices=MODES, default='train')
+  p.add_argument('--steps', type=int, default=20, help='steps per window')
+  p.add_argument('--warmup', type=int, default=3)
+  p.add_argument('--repeats', type=int, default=3,
+                 help='timed windows; the median is reported')
+  p.add_argument('--optimizer', choices=optim.OPTIMIZERS, default='adam')
+  p.add_argument('--clip', type=float, default=1.0, help='grad clip norm')
+  p.add_argument('--accum_steps', type=int, default=1)
+  p.add_argument('--num_classes', type=int, default=1000)
+  p.add_argument('--dtype', choices=('bfloat16', 'float32', 'float16'),
+                 default='bfloat16', help='compute dtype (params stay fp32)')
+  p.add_argument('--attention', choices=attention_lib.IMPLEMENTATIONS,
+                 default='auto')
+  p.add_argument('--pad_multiple', type=int, default=8,
+                 help='cuDNN attention: pad tokens to an even multiple of this')
+  p.add_argument('--remat', choices=vit_lib.REMAT_POLICIES, default='none')
+  p.add_argument('--scan_layers', action='store_true')
+  p.add_argument('--patch_embedding', choices=vit_lib.PATCH_EMBEDDINGS,
+                 default='conv')
+  p.add_argument('--dropout', type=float, default=-1.0,
+                 help='dropout rate; -1 keeps the preset\'s')
+  p.add_argument('--no_donate', dest='donate', action='store_false',
+                 help='do not donate the train state to the step')
+  p.add_argument('--input', choices=('device', 'host'), default='device',
+                 help='device: one resident batch; host: a host batch per step')
+  p.add_argument('--devices', type=int, default=0,
+                 help='use the first N devices (0 = all), data parallel')
+  p.add_argument('--peak', default='auto',
+                 help='auto (measure on GPU/CPU, datasheet on TPU) | measure '
+                      '| table | a number in TFLOP/s')
+  p.add_argument('--compare', choices=('', 'timm'), default='')
+  p.add_argument('--json', default='', help='also write the fields here')
+  return p.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict:
+  """Runs the benchmark command; one-line errors for user mistakes."""
+  args = parse_args(argv)
+  try:
+    if args.json and not os.path.isdir(os.path.dirname(args.json) or '.'):
+      raise FileNotFoundError(f'--json={args.json}: its directory does not '
+                              'exist; create it or choose another path.')
+    timm = _compare_timm(args) if args.compare == 'timm' else None
+    res = run(args)
+  except (ValueError, FileNotFoundError) as e:
+    print(f'vit_jax.benchmark: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  if timm is not None:
+    res['timm'] = timm
+    if 'img_s' in timm:
+      res['ratio_vs_timm'] = res['img_s'] / timm['img_s']
+  print(format_report(res), flush=True)
+  if args.json:
+    with open(args.json, 'w') as f:
+      json.dump(res, f, indent=1)
+  return res
+
+
+if __name__ == '__main__':
+  main()
