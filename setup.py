@@ -6,6 +6,7 @@ INSTALL_REQUIRES = [
     'clu',
     'einops',
     'etils[epath]',
+    'importlib_resources',  # TFDS downloads need it; not always pulled in
     'flax>=0.8.5',
     'jax>=0.4.30',
     'ml-collections',

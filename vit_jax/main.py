@@ -1,6 +1,7 @@
 """Command line: python -m vit_jax.main --config=configs/FILE.py[:ARGS] --workdir=DIR."""
 import logging as std_logging
 import os
+import re
 import sys
 
 from absl import app
@@ -17,6 +18,17 @@ _DEBUG = flags.DEFINE_bool(
     'debug', False, 'Show full tracebacks instead of one-line errors.')
 
 
+class _QuietLibraries(std_logging.Filter):
+  """Keeps the libraries' INFO chatter (orbax, TFDS) out of the run log."""
+
+  _NOISY = ('/orbax/', '/tensorflow_datasets/', '/clu/', '/etils/', '/jax/')
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.levelno >= std_logging.WARNING:
+      return True
+    return not any(part in record.pathname for part in self._NOISY)
+
+
 def main(argv) -> None:
   """Starts the distributed runtime, then trains and evaluates."""
   if len(argv) > 1:
@@ -28,8 +40,8 @@ def main(argv) -> None:
   from vit_jax import distributed  # pylint: disable=g-import-not-at-top
   from vit_jax import train  # pylint: disable=g-import-not-at-top
   distributed.initialize()
-  std_logging.getLogger('absl').setLevel(std_logging.INFO)
   logging.set_verbosity(logging.INFO)
+  logging.get_absl_handler().addFilter(_QuietLibraries())
   try:
     final = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except train.Preempted as e:
@@ -43,5 +55,41 @@ def main(argv) -> None:
   logging.info('Done: %s', final)
 
 
+def _one_line(text: str) -> str:
+  """Distils a flags/config error (often a nested traceback) into one sentence."""
+  hint = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+  if hint:
+    return (f'unknown config key {hint.group(2)!r}; did you mean '
+            f'{hint.group(1)!r}? (configs are locked: keys must exist)')
+  missing = re.search(r"No such file or directory: '([^']+)'", text)
+  if missing:
+    return f'config file {missing.group(1)!r} does not exist.'
+  errors = re.findall(r'\b[A-Z]\w*Error: (.+)', text)
+  return errors[-1].strip() if errors else text.strip().splitlines()[0]
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """Parses flags; a bad --config/--config.KEY becomes one line, not a traceback."""
+  try:
+    rest = flags.FLAGS(argv)
+    if _CONFIG.value is not None:
+      _ = _CONFIG.value.to_dict  # config_flags reports a bad file only on use
+    return rest
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError,
+          OSError) as e:
+    text = '\n'.join(str(x) for x in _chain(e))
+  print(f'vit_jax: error: {_one_line(text)}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+  """The exception and its causes, outermost first."""
+  out = []
+  while e is not None and e not in out:
+    out.append(e)
+    e = e.__cause__ or e.__context__
+  return out
+
+
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

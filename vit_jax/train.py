@@ -163,11 +163,14 @@ def _format_eta(seconds: float) -> str:
   return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict,
-                       workdir: str) -> dict:
-  """Trains (resuming from workdir if it holds checkpoints) and returns final metrics."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       devices: Optional[list] = None) -> dict:
+  """Trains (resuming from workdir if it holds checkpoints) and returns final metrics.
+
+  `devices` restricts the mesh to some of the local devices (tests, notebooks).
+  """
   prepare_workdir(workdir)
-  mesh = sharding.make_mesh(config.mesh)
+  mesh = sharding.make_mesh(config.mesh, devices)
   check_config(config, mesh)
   info = input_pipeline.get_dataset_info(config)
   model = build_model(config, info.num_classes)
@@ -200,6 +203,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       with open(os.path.join(workdir, CONFIG_FILE), 'w') as f:
         f.write(config.to_json_best_effort(indent=2))
 
+  n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  logging.info('%s: %s parameters; %s: %d train / %d eval examples, %d '
+               'classes; mesh %s; batch %d (accum %d); steps %d..%d.',
+               config.model_name, f'{n_params:,}', info.name, info.num_train,
+               info.num_eval, info.num_classes, dict(mesh.shape), config.batch,
+               config.accum_steps, start_step, config.total_steps)
   step_fn = jax.jit(
       train_step_lib.make_train_step(model, tx, config, schedule),
       in_shardings=(state_shardings, sharding.batch_sharding(mesh)),

@@ -1,0 +1,232 @@
+"""End-to-end trainer tests on the embedded mnist5k digits with a tiny ViT."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from configs import common
+from vit_jax import checkpoint
+from vit_jax import input_pipeline
+from vit_jax import metrics
+from vit_jax import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(**overrides):
+  """A ViT of width 16 on 28x28 digits: a few seconds per run on CPU."""
+  c = common.get_base_config()
+  c.model_name = 'testing'
+  c.model.patches = {'size': (7, 7)}
+  c.model.hidden_size = 16
+  c.model.mlp_dim = 32
+  c.model.dropout_rate = 0.1
+  c.dataset = 'mnist5k'
+  c.pp.train = 'finetune'
+  c.pp.resize = 32
+  c.pp.crop = 28
+  c.pp.flip = False
+  c.shuffle_buffer = 1000
+  c.batch = 16
+  c.batch_eval = 200
+  c.optimizer = 'adam'
+  c.base_lr = 1e-3
+  c.warmup_steps = 2
+  c.total_steps = 8
+  c.log_every = 2
+  c.eval_every = 0
+  c.checkpoint_every = 4
+  c.update(overrides)
+  return c
+
+
+def final_params(workdir):
+  return checkpoint.load(os.path.join(workdir, train.PARAMS_FILE))
+
+
+def assert_trees_equal(test, a, b):
+  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+  test.assertEqual(len(la), len(lb))
+  for x, y in zip(la, lb):
+    np.testing.assert_array_equal(x, y)
+
+
+class TrainTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.reference_dir = os.path.join(tempfile.mkdtemp(), 'reference')
+    cls.reference = train.train_and_evaluate(tiny_config(), cls.reference_dir)
+
+  def test_run_writes_everything(self):
+    self.assertEqual(self.reference['eval_examples'], 1000)
+    self.assertBetween(self.reference['accuracy_test'], 0.0, 1.0)
+    records = metrics.read_metrics(self.reference_dir)
+    train_records = [r for r in records if 'train_loss' in r]
+    self.assertEqual([r['step'] for r in train_records], [2, 4, 6, 8])
+    for name in ('train_loss', 'learning_rate', 'grad_norm', 'img_sec_core'):
+      self.assertIn(name, train_records[-1])
+    self.assertIn('accuracy_test', records[-1])
+    self.assertIn('loss_test', records[-1])
+    files = os.listdir(self.reference_dir)
+    self.assertIn('params.npz', files)
+    self.assertIn('config.json', files)
+    self.assertTrue(any(f.startswith('events.out.tfevents') for f in files))
+    # keep_checkpoints=3: steps 4 and 8.
+    self.assertEqual(
+        sorted(os.listdir(os.path.join(self.reference_dir, 'checkpoints'))),
+        ['4', '8'])
+
+  def test_sigterm_saves_and_resume_is_exact(self):
+    workdir = self.create_tempdir().full_path
+    ckpt4 = os.path.join(workdir, 'checkpoints', '4')
+
+    def send_sigterm():
+      while not os.path.exists(ckpt4):
+        time.sleep(0.01)
+      os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=send_sigterm, daemon=True).start()
+    with self.assertRaisesRegex(train.Preempted, 'Preempted at step'):
+      train.train_and_evaluate(tiny_config(), workdir)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
+    saved = sorted(int(s) for s in os.listdir(os.path.join(workdir,
+                                                           'checkpoints'))
+                   if s.isdigit())
+    self.assertGreaterEqual(saved[-1], 4)
+    train.train_and_evaluate(tiny_config(), workdir)
+    assert_trees_equal(self, final_params(workdir),
+                       final_params(self.reference_dir))
+
+  def test_kill9_then_restart_is_exact(self):
+    workdir = self.create_tempdir().full_path
+    config = os.path.join(REPO, 'tests', 'tiny_train_config.py')
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'vit_jax.main', f'--config={config}',
+         f'--workdir={workdir}'], cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt_dir = os.path.join(workdir, 'checkpoints')
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+      if os.path.isdir(ckpt_dir) and any(
+          s.isdigit() for s in os.listdir(ckpt_dir)):
+        break
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    train.train_and_evaluate(tiny_config(), workdir)
+    assert_trees_equal(self, final_params(workdir),
+                       final_params(self.reference_dir))
+
+  def test_one_vs_four_devices(self):
+    # SGD: Adam would amplify float-summation noise in near-zero gradients.
+    results = []
+    for n in (1, 4):
+      workdir = self.create_tempdir().full_path
+      train.train_and_evaluate(
+          tiny_config(optimizer='sgd', base_lr=0.1, checkpoint_every=0),
+          workdir, devices=jax.devices()[:n])
+      results.append((final_params(workdir), metrics.read_metrics(workdir)))
+    (p1, m1), (p4, m4) = results
+    l1 = [r['train_loss'] for r in m1 if 'train_loss' in r]
+    l4 = [r['train_loss'] for r in m4 if 'train_loss' in r]
+    np.testing.assert_allclose(l1, l4, rtol=1e-5)
+    for x, y in zip(jax.tree.leaves(p1), jax.tree.leaves(p4)):
+      np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+
+  def test_finetune_exported_npz_new_resolution_and_head(self):
+    workdir = self.create_tempdir().full_path
+    c = tiny_config(dataset='digits', pretrained_path=os.path.join(
+        self.reference_dir, 'params.npz'), total_steps=4, checkpoint_every=0,
+                    optimizer='sgd', base_lr=0.01)
+    c.pp.resize = 40
+    c.pp.crop = 35
+    result = train.train_and_evaluate(c, workdir)
+    self.assertEqual(result['eval_examples'],
+                     input_pipeline.get_dataset_info(c).num_eval)
+    params = final_params(workdir)
+    ref = final_params(self.reference_dir)
+    self.assertEqual(
+        params['Transformer']['posembed_input']['pos_embedding'].shape,
+        (1, 26, 16))
+    self.assertEqual(params['head']['kernel'].shape, (16, 10))
+    # The pretrained body was used: the embedding moved little from it.
+    delta = np.abs(params['embedding']['kernel'] -
+                   ref['embedding']['kernel']).max()
+    self.assertLess(delta, 0.05)
+
+  def test_nan_stops_and_keeps_last_good_checkpoint(self):
+    workdir = self.create_tempdir().full_path
+    c = tiny_config(base_lr=1e30, optimizer='sgd', warmup_steps=0,
+                    grad_clip_norm=0.0, total_steps=12)
+    with self.assertRaisesRegex(train.NonFiniteError, r'at step \d+'):
+      train.train_and_evaluate(c, workdir)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
+
+
+class ErrorTest(absltest.TestCase):
+
+  def _main(self, *args):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, '-m', 'vit_jax.main', *args],
+                          cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+  def test_unknown_config_key(self):
+    out = self._main('--config=configs/quickstart.py', '--workdir=/tmp/x',
+                     '--config.bacth=3')
+    self.assertNotEqual(out.returncode, 0)
+    self.assertIn("unknown config key 'bacth'; did you mean 'batch'?",
+                  out.stderr)
+    self.assertNotIn('Traceback', out.stderr)
+    out = self._main('--config=configs/missing.py', '--workdir=/tmp/x')
+    self.assertIn("config file 'configs/missing.py' does not exist",
+                  out.stderr)
+    self.assertNotIn('Traceback', out.stderr)
+
+  def test_missing_pretrained_file(self):
+    workdir = self.create_tempdir().full_path
+    out = self._main(f'--config={REPO}/tests/tiny_train_config.py',
+                     f'--workdir={workdir}',
+                     '--config.pretrained_path=/nonexistent/ViT-B_16.npz')
+    self.assertEqual(out.returncode, 2, out.stderr)
+    self.assertIn('/nonexistent/ViT-B_16.npz', out.stderr)
+    self.assertNotIn('Traceback', out.stderr)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
+
+  def test_indivisible_batch(self):
+    with self.assertRaisesRegex(ValueError, r'config.batch=18 / accum_steps=1'):
+      train.train_and_evaluate(tiny_config(batch=18),
+                               self.create_tempdir().full_path)
+    with self.assertRaisesRegex(ValueError, 'accum_steps=3'):
+      train.train_and_evaluate(tiny_config(accum_steps=3),
+                               self.create_tempdir().full_path)
+
+  def test_unwritable_workdir(self):
+    blocker = self.create_tempfile().full_path  # a file where a dir should be
+    with self.assertRaisesRegex(ValueError, 'is not writable'):
+      train.train_and_evaluate(tiny_config(), os.path.join(blocker, 'run'))
+
+  def test_checkpoint_that_does_not_fit(self):
+    workdir = self.create_tempdir().full_path
+    train.train_and_evaluate(tiny_config(total_steps=4), workdir)
+    before = sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
+    c = tiny_config(total_steps=8)
+    c.model.hidden_size = 32
+    with self.assertRaisesRegex(ValueError, 'does not fit this model'):
+      train.train_and_evaluate(c, workdir)
+    self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
+                     before)
+
+
+if __name__ == '__main__':
+  absltest.main()
