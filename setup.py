@@ -24,7 +24,8 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    'test': ['pytest', 'scikit-image', 'nbclient', 'nbformat', 'ipykernel'],
+    'test': ['pytest', 'scikit-image', 'nbclient', 'nbformat', 'ipykernel',
+             'matplotlib'],
     'gpu': ['jax[cuda12]'],
     'tpu': ['jax[tpu]'],
     'viz': ['matplotlib'],
@@ -37,7 +38,8 @@ setuptools.setup(
     long_description=open('README.md').read(),
     long_description_content_type='text/markdown',
     packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
-    package_data={'vit_jax': ['data/*.txt', 'data/*.json']},
+    package_data={'vit_jax': ['data/*.txt', 'data/*.json', 'labels/*.txt',
+                            'labels/README.md']},
     python_requires='>=3.10',
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

@@ -84,8 +84,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 1000
   c.keep_checkpoints = 3
   c.fewshot = ml_collections.ConfigDict({
-      'datasets': [],             # e.g. ['mnist5k']
-      'shots': [1, 5, 10, 25],
+      'datasets': (),             # e.g. ('mnist5k',); tuples can be overridden from the CLI
+      'shots': (1, 5, 10, 25),
       'every': 0,                 # 0 = off
       'resolution': 0,            # 0 = the training crop
       'seeds': 3,

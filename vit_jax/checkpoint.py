@@ -291,6 +291,10 @@ def _save_local(flat: Mapping[str, np.ndarray], path: str) -> None:
       np.savez(f, **flat)
       f.flush()
       os.fsync(f.fileno())
+    # mkstemp creates 0600 files; give the result the usual umask mode.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
