@@ -1,9 +1,16 @@
 """Test-session setup: simulated CPU devices must be requested before jax starts."""
 import os
+import tempfile
 
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+# Many tests compile the same small train steps (in-process and in subprocesses);
+# a persistent compilation cache shared by the session compiles each once.
+os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
+                      tempfile.mkdtemp(prefix='vit_jax_test_xla_cache_'))
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 
 # absltest helpers (create_tempdir, ...) read absl flags, which pytest never parses.
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
