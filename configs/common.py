@@ -14,7 +14,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       'num_classes': -1,
       'dtype': 'float32',          # compute dtype; parameters stay float32
       'attention': 'xla',          # 'xla' | 'cudnn' | 'auto'
-      'remat': False,              # rematerialise each encoder block
+      'remat': 'none',             # rematerialise blocks: 'none' | 'full' | 'dots'
+      'scan_layers': False,        # lax.scan over the blocks (faster compiles of L/H)
+      'attention_pad_multiple': 8,  # cuDNN attention pads tokens to an even multiple
+      'patch_embedding': 'conv',   # 'conv' | 'matmul' (same parameters)
       'stochastic_depth': 0.0,
       'representation_size': -1,   # -1: keep the preset's; 0: none; N: pre-logits of width N
       'dropout_rate': -1.0,        # -1: keep the preset's
@@ -90,5 +93,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       'resolution': 0,            # 0 = the training crop
       'seeds': 3,
   })
+  # MFU denominator per device in TFLOP/s; 0 = the datasheet bf16 peak of the
+  # device kind (vit_jax.flops; no mfu where unknown, e.g. CPU). The benchmark's
+  # `mfu_datasheet` uses the same peak.
+  c.peak_tflops = 0.0
   c.log_images = False            # attention rollout / posemb similarity to TensorBoard
   return c

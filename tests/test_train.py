@@ -44,6 +44,7 @@ def tiny_config(**overrides):
   c.log_every = 2
   c.eval_every = 0
   c.checkpoint_every = 4
+  c.peak_tflops = 0.01  # CPUs have no datasheet peak: give one so mfu is logged
   c.update(overrides)
   return c
 
@@ -73,8 +74,10 @@ class TrainTest(absltest.TestCase):
     records = metrics.read_metrics(self.reference_dir)
     train_records = [r for r in records if 'train_loss' in r]
     self.assertEqual([r['step'] for r in train_records], [2, 4, 6, 8])
-    for name in ('train_loss', 'learning_rate', 'grad_norm', 'img_sec_core'):
+    for name in ('train_loss', 'learning_rate', 'grad_norm', 'img_sec_core',
+                 'mfu'):
       self.assertIn(name, train_records[-1])
+    self.assertGreater(train_records[-1]['mfu'], 0.0)
     self.assertIn('accuracy_test', records[-1])
     self.assertIn('loss_test', records[-1])
     files = os.listdir(self.reference_dir)

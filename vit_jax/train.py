@@ -28,8 +28,9 @@ PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a scheduler expects
 
 # Model fields whose config value means "keep the preset's".
 _KEEP = {'num_classes': -1, 'representation_size': -1, 'dropout_rate': -1.0}
-_VIT_ONLY = {'attention': 'xla', 'remat': False, 'stochastic_depth': 0.0,
-             'head_bias_init': 0.0}
+_VIT_ONLY = {'attention': 'xla', 'remat': 'none', 'stochastic_depth': 0.0,
+             'head_bias_init': 0.0, 'scan_layers': False,
+             'attention_pad_multiple': 8, 'patch_embedding': 'conv'}
 
 
 class Preempted(Exception):
@@ -221,7 +222,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   flops_per_image = flops.model_flops_per_image(model_fields(model), res,
                                                 train=True)
-  peak = flops.device_peak_flops()
+  peak = (config.peak_tflops * 1e12 if config.peak_tflops else
+          flops.device_peak_flops())
   total = config.total_steps
   final = {}
   with _SignalFlag() as sigterm:
