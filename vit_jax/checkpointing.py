@@ -13,7 +13,9 @@ class StateCheckpointer:
   """Saves and restores the full TrainState under WORKDIR/checkpoints/STEP."""
 
   def __init__(self, workdir: str, keep: int, async_save: bool = True):
-    self.directory = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+    if '://' not in workdir:  # gs:// and friends are already absolute
+      workdir = os.path.abspath(workdir)
+    self.directory = os.path.join(workdir, CHECKPOINT_DIR)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max(keep, 1), create=True,
         enable_async_checkpointing=async_save)

@@ -5,6 +5,7 @@ import os
 from typing import Any, Mapping, Optional
 
 from clu import metric_writers
+from etils import epath
 import jax
 import numpy as np
 
@@ -18,17 +19,35 @@ def _to_python(value: Any) -> Any:
   return value
 
 
-class JsonlWriter(metric_writers.MetricWriter):
-  """Appends one JSON object per write_scalars call: {"step": N, name: value, ...}."""
+def is_remote(path: str) -> bool:
+  """Whether a path is a URL-style remote path (gs://, s3://, ...)."""
+  return '://' in path
 
-  def __init__(self, path: str):
+
+class JsonlWriter(metric_writers.MetricWriter):
+  """Appends one JSON object per write_scalars call: {"step": N, name: value, ...}.
+
+  Remote filesystems (gs://) have no append: there the file is rewritten whole,
+  starting from what an earlier (resumed) run left.
+  """
+
+  def __init__(self, path: str, rewrite: Optional[bool] = None):
     self._path = path
+    self._lines = None
+    if is_remote(path) if rewrite is None else rewrite:
+      p = epath.Path(path)
+      self._lines = p.read_text().splitlines() if p.exists() else []
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     record = {'step': int(step)}
     record.update({k: _to_python(v) for k, v in scalars.items()})
-    with open(self._path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
+    line = json.dumps(record)
+    if self._lines is None:
+      with open(self._path, 'a') as f:
+        f.write(line + '\n')
+    else:
+      self._lines.append(line)
+      epath.Path(self._path).write_text('\n'.join(self._lines) + '\n')
 
   # Only scalars go to the JSON file; the rest reach TensorBoard.
   def write_summaries(self, step, values, metadata=None): pass
@@ -56,6 +75,5 @@ def make_writer(workdir: str,
 
 def read_metrics(workdir: str) -> list[dict]:
   """Reads metrics.jsonl back (for tests, notebooks and tools)."""
-  path = os.path.join(workdir, METRICS_FILE)
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  text = epath.Path(workdir, METRICS_FILE).read_text()
+  return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from etils import epath
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -103,14 +104,14 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
 
 def prepare_workdir(workdir: str) -> None:
   """Creates the workdir and proves it is writable, with a one-line error if not."""
-  probe = os.path.join(workdir, f'.write_probe_{jax.process_index()}')
+  probe = epath.Path(workdir, f'.write_probe_{jax.process_index()}')
   try:
-    os.makedirs(workdir, exist_ok=True)
-    with open(probe, 'w') as f:
-      f.write('ok')
-    os.remove(probe)
-  except OSError as e:
-    raise ValueError(f'--workdir={workdir} is not writable ({e.strerror}); '
+    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+    probe.write_text('ok')
+    probe.unlink()
+  except Exception as e:  # pylint: disable=broad-except  (OSError, GCS errors)
+    reason = getattr(e, 'strerror', None) or str(e).splitlines()[0][:200]
+    raise ValueError(f'--workdir={workdir} is not writable ({reason}); '
                      'choose a directory you can write to.') from None
 
 
@@ -201,8 +202,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     if path:
       state = _load_pretrained_into(state, path, model, state_shardings, tx)
     if jax.process_index() == 0:
-      with open(os.path.join(workdir, CONFIG_FILE), 'w') as f:
-        f.write(config.to_json_best_effort(indent=2))
+      epath.Path(workdir, CONFIG_FILE).write_text(
+          config.to_json_best_effort(indent=2))
 
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
   logging.info('%s: %s parameters; %s: %d train / %d eval examples, %d '
