@@ -363,10 +363,8 @@ FLAGS = flags.FLAGS
 
 
 def _define_flags() -> None:
-  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
-                      'config.json beside the checkpoint (a vit_jax workdir).')
-  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (local or gs://).',
-                      required=True)
+  from vit_jax import predict  # pylint: disable=g-import-not-at-top
+  predict.define_checkpoint_flags()
   flags.DEFINE_list('datasets', ['mnist5k'], "TFDS names, or 'name|train|test'.")
   flags.DEFINE_list('shots', ['1', '5', '10', '25'], 'Examples per class.')
   flags.DEFINE_integer('seeds', 3, 'Random draws of the shots per dataset.')

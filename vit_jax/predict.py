@@ -296,11 +296,16 @@ def predict_files(loaded: LoadedModel, paths: Sequence[str],
 FLAGS = flags.FLAGS
 
 
-def _define_flags() -> None:
+def define_checkpoint_flags() -> None:
+  """--model and --checkpoint, shared by the predict/visualize/fewshot commands."""
   flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
                       'config.json beside the checkpoint (a vit_jax workdir).')
   flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (local or gs://).',
                       required=True)
+
+
+def _define_flags() -> None:
+  define_checkpoint_flags()
   flags.DEFINE_string('labels', None, 'imagenet1k | imagenet21k | a dataset name '
                       '(as in config.dataset); default: by the number of outputs.')
   flags.DEFINE_integer('resolution', None, 'Input resolution; default: the '

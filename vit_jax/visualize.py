@@ -365,10 +365,7 @@ FLAGS = flags.FLAGS
 
 
 def _define_flags() -> None:
-  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
-                      'config.json beside the checkpoint (a vit_jax workdir).')
-  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (local or gs://).',
-                      required=True)
+  predict.define_checkpoint_flags()
   flags.DEFINE_string('out', None, 'Directory for the PNG files.', required=True)
   flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
                        "checkpoint's.")
