@@ -1,8 +1,12 @@
 """Tests for the ahead-of-time memory analysis of the sharded train step."""
+import re
+
 from absl.testing import absltest
 import jax
+import jax.numpy as jnp
 
 from vit_jax import memory
+from vit_jax import sharding
 
 
 def _tiny_config(rules):
@@ -35,6 +39,26 @@ class MemoryTest(absltest.TestCase):
     self.assertBetween(report.argument - held, 0, 64)
     self.assertGreater(report.temp, 0)
     self.assertIn('| 8 | data1xfsdp8 |', memory.format_table([report]))
+
+  def test_fsdp_gathers_weights_not_activations(self):
+    config = _tiny_config('fsdp')
+    config.model.update(hidden_size=128, num_heads=4, mlp_dim=512)
+    config.batch = 80  # a size no weight dimension has
+    config.fsdp_min_size = 0
+    mesh = sharding.make_mesh(config.mesh, jax.devices()[:8])
+    init, step = memory.build_state_and_step(config)
+    abstract = jax.eval_shape(init, jax.random.PRNGKey(0))
+    state_shardings = sharding.tree_shardings(abstract, mesh, config)
+    batch_sharding = sharding.batch_sharding(mesh)
+    batch = {'image': jax.ShapeDtypeStruct((80, 32, 32, 3), jnp.float32),
+             'label': jax.ShapeDtypeStruct((80, 10), jnp.float32)}
+    hlo = jax.jit(sharding.with_activation_constraints(step, mesh),
+                  in_shardings=(state_shardings, batch_sharding),
+                  out_shardings=(state_shardings, None)).lower(abstract, batch).compile().as_text()
+    gathered = re.findall(r'(\w+\[[\d,]*\])\S* all-gather', hlo)
+    self.assertNotEmpty(gathered)  # the FSDP weight gathers
+    # Without the constraints XLA gathers whole-batch [80, tokens, width] activations here.
+    self.assertEmpty([g for g in gathered if re.search(r'\[80,\d+,\d+', g)])
 
   def test_indivisible_batch(self):
     config = _tiny_config('fsdp')

@@ -102,7 +102,7 @@ def memory_report(config: ml_collections.ConfigDict,
       'label': jax.ShapeDtypeStruct((config.batch, config.model.num_classes), jnp.float32,
                                     sharding=batch_sharding),
   }
-  jitted = jax.jit(step, in_shardings=(shardings, batch_sharding),
+  jitted = jax.jit(sharding.with_activation_constraints(step, mesh), in_shardings=(shardings, batch_sharding),
                    out_shardings=(shardings, None), donate_argnums=0)
   start = time.perf_counter()
   compiled = jitted.lower(state, batch).compile()
@@ -127,9 +127,9 @@ def format_table(reports: Sequence[MemoryReport]) -> str:
   for r in reports:
     mesh = 'x'.join(f'{k}{v}' for k, v in r.mesh.items())
     rows.append(
-        f'| {r.devices} | {mesh} | {r.params / GiB:.2f} | {r.opt_state / GiB:.2f} | '
-        f'{r.batch / GiB:.2f} | {r.argument / GiB:.2f} | {r.temp / GiB:.2f} | '
-        f'{r.total / GiB:.2f} | {r.compile_s:.0f} |')
+        f'| {r.devices} | {mesh} | {r.params / GiB:.3f} | {r.opt_state / GiB:.3f} | '
+        f'{r.batch / GiB:.3f} | {r.argument / GiB:.3f} | {r.temp / GiB:.3f} | '
+        f'{r.total / GiB:.3f} | {r.compile_s:.0f} |')
   return '\n'.join(rows)
 
 

@@ -1,9 +1,12 @@
 """Device mesh and sharding rules: which array lives where on the ('data', 'fsdp') mesh."""
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+import contextlib
+import functools
 import math
 import re
 from typing import Any
 
+import flax.linen as nn
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 import ml_collections
@@ -142,3 +145,39 @@ def describe(abstract_tree: Any, shardings: Any) -> list[str]:
   specs = jax.tree_util.tree_leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))
   return [f'{path_str(path)} {tuple(leaf.shape)} {sharding.spec}'
           for (path, leaf), sharding in zip(leaves, specs)]
+
+
+@contextlib.contextmanager
+def activation_constraints(mesh: Mesh) -> Iterator[None]:
+  """While tracing, pins the batch dimension of every flax module's outputs to the mesh.
+
+  Without these pins XLA may satisfy FSDP-sharded weights by gathering whole-batch
+  activations onto every device (tensor-parallel style) instead of gathering the weights;
+  the model itself stays free of sharding code.
+  """
+  batch = batch_sharding(mesh)
+
+  def pin(x):
+    if isinstance(x, jax.Array) and x.ndim >= 2 and x.shape[0] % mesh.size == 0:
+      return jax.lax.with_sharding_constraint(x, batch)
+    return x
+
+  def interceptor(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    if context.method_name == '__call__':
+      out = jax.tree.map(pin, out)
+    return out
+
+  with nn.intercept_methods(interceptor):
+    yield
+
+
+def with_activation_constraints(fn: Callable, mesh: Mesh) -> Callable:
+  """Wraps a step function so that it traces under activation_constraints(mesh)."""
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with activation_constraints(mesh):
+      return fn(*args, **kwargs)
+
+  return wrapped
