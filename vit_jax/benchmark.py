@@ -237,8 +237,9 @@ def run(args: argparse.Namespace) -> dict:
   if args.mode == 'train':
     res['optimizer'] = args.optimizer
     fn = jax.jit(
-        train_step.make_train_step(model, tx, config,
-                                   optim.make_schedule(config)),
+        sharding.with_activation_constraints(
+            train_step.make_train_step(model, tx, config,
+                                       optim.make_schedule(config)), mesh),
         in_shardings=(state_sh, batch_sharding),
         out_shardings=(state_sh, None),
         donate_argnums=0 if args.donate else ())
