@@ -131,7 +131,10 @@ class _SignalFlag:
     self._previous = None
 
   def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
+    # With several processes JAX's own preemption notifier handles SIGTERM and
+    # orbax's sync point makes every host save the same step.
+    if (jax.process_count() == 1 and
+        threading.current_thread() is threading.main_thread()):
       self._previous = signal.signal(signal.SIGTERM, self._handle)
     return self
 
