@@ -18,7 +18,6 @@ Standalone on a checkpoint:
 """
 from collections.abc import Mapping, Sequence
 import dataclasses
-import sys
 from typing import Any, Optional
 
 from absl import app
@@ -415,13 +414,10 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run() -> None:
-  """Console entry point: one-line errors instead of tracebacks for bad input."""
-  _define_flags()
-  try:
-    app.run(main)
-  except (ValueError, OSError, RuntimeError) as e:
-    print(f'vit_jax.fewshot: error: {e}', file=sys.stderr)
-    sys.exit(1)
+  """Console entry point of `python -m vit_jax.fewshot`."""
+  from vit_jax import predict  # pylint: disable=g-import-not-at-top
+  predict.run_command('vit_jax.fewshot', _define_flags, main,
+                      (ValueError, OSError, RuntimeError))
 
 
 if __name__ == '__main__':

@@ -337,14 +337,19 @@ def main(argv: Sequence[str]) -> None:
       print(f'  {prob:7.2%}  {name}')
 
 
-def run() -> None:
-  """Console entry point: one-line errors instead of tracebacks for bad input."""
-  _define_flags()
+def run_command(prog: str, define_flags, main_fn, errors: tuple) -> None:
+  """Runs an absl main with one-line errors instead of tracebacks for bad input."""
+  define_flags()
   try:
-    app.run(main)
-  except (ValueError, OSError) as e:
-    print(f'vit_jax.predict: error: {e}', file=sys.stderr)
+    app.run(main_fn)
+  except errors as e:
+    print(f'{prog}: error: {e}', file=sys.stderr)
     sys.exit(1)
+
+
+def run() -> None:
+  """Console entry point of `python -m vit_jax.predict`."""
+  run_command('vit_jax.predict', _define_flags, main, (ValueError, OSError))
 
 
 if __name__ == '__main__':

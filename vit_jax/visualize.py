@@ -23,11 +23,9 @@ from collections.abc import Mapping, Sequence
 import dataclasses
 import math
 import os
-import sys
 import tempfile
 from typing import Any
 
-from absl import app
 from absl import flags
 from absl import logging
 import flax.linen as nn
@@ -383,13 +381,9 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run() -> None:
-  """Console entry point: one-line errors instead of tracebacks for bad input."""
-  _define_flags()
-  try:
-    app.run(main)
-  except (ValueError, OSError, ImportError) as e:
-    print(f'vit_jax.visualize: error: {e}', file=sys.stderr)
-    sys.exit(1)
+  """Console entry point of `python -m vit_jax.visualize`."""
+  predict.run_command('vit_jax.visualize', _define_flags, main,
+                      (ValueError, OSError, ImportError))
 
 
 if __name__ == '__main__':
