@@ -12,8 +12,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model_name = 'ViT-B_16'
   c.model = ml_collections.ConfigDict({
       'num_classes': -1,
-      'dtype': 'float32',          # compute dtype; parameters stay float32
-      'attention': 'xla',          # 'xla' | 'cudnn' | 'auto'
+      # Compute dtype; parameters and optimizer state stay float32. 'auto' is
+      # bfloat16 on GPU/TPU and float32 on CPU: the benchmark's fast path.
+      'dtype': 'auto',             # 'auto' | 'bfloat16' | 'float32' | 'float16'
+      # 'auto': cuDNN fused attention where it runs (GPU, bf16/fp16), else XLA.
+      'attention': 'auto',         # 'auto' | 'cudnn' | 'xla'
       'remat': 'none',             # rematerialise blocks: 'none' | 'full' | 'dots'
       'scan_layers': False,        # lax.scan over the blocks (faster compiles of L/H)
       'attention_pad_multiple': 8,  # cuDNN attention pads tokens to an even multiple
@@ -93,9 +96,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       'resolution': 0,            # 0 = the training crop
       'seeds': 3,
   })
-  # MFU denominator per device in TFLOP/s; 0 = the datasheet bf16 peak of the
-  # device kind (vit_jax.flops; no mfu where unknown, e.g. CPU). The benchmark's
-  # `mfu_datasheet` uses the same peak.
+  # MFU denominator per device in TFLOP/s; 0 = the benchmark's --peak=auto rule
+  # (vit_jax.flops.resolve_peak): a matmul measured at start on GPU/CPU, the
+  # datasheet on TPU. So the trainer's mfu compares with the benchmark's.
   c.peak_tflops = 0.0
   c.log_images = False            # attention rollout / posemb similarity to TensorBoard
   return c

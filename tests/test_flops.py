@@ -90,6 +90,22 @@ class PeakTest(absltest.TestCase):
   def test_cpu_has_no_datasheet_peak(self):
     self.assertIsNone(flops.device_peak_flops(jax.devices('cpu')[0]))
 
+  def test_resolve_peak_rules(self):
+    cpu = jax.devices('cpu')[0]
+    self.assertEqual(flops.resolve_peak(2.5, 'float32', cpu),
+                     (2.5e12, 'given 2.5 TFLOP/s'))
+    self.assertEqual(flops.resolve_peak('2.5', 'float32', cpu)[0], 2.5e12)
+    peak, how = flops.resolve_peak('table', 'bfloat16', cpu)
+    self.assertIsNone(peak)
+    self.assertIn('no datasheet peak', how)
+    peak, how = flops.resolve_peak('auto', 'float32', cpu)
+    self.assertGreater(peak, 1e8)
+    self.assertEqual(how, 'measured 512^3 float32 matmul')
+    for bad, message in (('fast', 'use one of'), (0, 'must be positive'),
+                         ('-1', 'use one of')):
+      with self.assertRaisesRegex(ValueError, message):
+        flops.resolve_peak(bad, 'float32', cpu)
+
   def test_measure_small_matmul(self):
     peak = flops.measure_peak_flops('float32', 256, inner=2, repeats=2)
     self.assertTrue(np.isfinite(peak))

@@ -235,6 +235,15 @@ class ErrorTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "Unknown dtype 'fp8'"):
       models.get_model('testing', dtype='fp8')
 
+  def test_auto_dtype_is_bf16_on_accelerators_fp32_on_cpu(self):
+    self.assertEqual(models.resolve_dtype('auto', 'gpu'), jnp.bfloat16)
+    self.assertEqual(models.resolve_dtype('auto', 'tpu'), jnp.bfloat16)
+    self.assertEqual(models.resolve_dtype('auto', 'cpu'), jnp.float32)
+    self.assertEqual(models.get_model('testing', dtype='auto').dtype,
+                     jnp.float32)  # the tests run on CPU
+    self.assertEqual(models.get_model('Mixer-B_16', dtype='bfloat16').dtype,
+                     jnp.bfloat16)
+
   def test_indivisible_image(self):
     model = models.get_model('testing')
     with self.assertRaisesRegex(ValueError, 'not divisible by the patch size'):

@@ -33,7 +33,6 @@ from vit_jax.models import attention as attention_lib
 from vit_jax.models import vit as vit_lib
 
 MODES = ('train', 'infer')
-PEAKS = ('auto', 'measure', 'table')
 GiB = 2**30
 
 
@@ -79,32 +78,6 @@ def model_overrides(args: argparse.Namespace) -> dict:
   if args.dropout >= 0:
     out['dropout_rate'] = args.dropout
   return out
-
-
-def _given_peak(mode: str) -> Optional[float]:
-  """The --peak value in FLOP/s when it is a number; checks the other modes."""
-  if mode.replace('.', '', 1).isdigit():
-    if float(mode) <= 0:
-      raise ValueError(f'--peak={mode}: a given peak must be positive TFLOP/s.')
-    return float(mode) * 1e12
-  if mode not in PEAKS:
-    raise ValueError(f'--peak={mode!r}: use one of {PEAKS} or a number in '
-                     'TFLOP/s.')
-  return None
-
-
-def _peak(mode: str, dtype: str, device: jax.Device) -> tuple:
-  """(peak FLOP/s or None, how it was obtained) for the --peak mode."""
-  given = _given_peak(mode)
-  if given:
-    return given, f'given {given / 1e12:g} TFLOP/s'
-  table = flops.device_peak_flops(device, dtype)
-  if mode == 'table' or (mode == 'auto' and device.platform == 'tpu'):
-    return table, f'datasheet {device.device_kind}'
-  # A small matmul on CPU: only there to make the field exist in CI runs.
-  n = 8192 if device.platform != 'cpu' else 512
-  measured = flops.measure_peak_flops(dtype, n, device=device)
-  return measured, f'measured {n}^3 {dtype} matmul'
 
 
 def _memory(device: jax.Device) -> Optional[float]:
@@ -189,12 +162,12 @@ def _batch(args: argparse.Namespace, seed: int) -> dict:
 def _check(args: argparse.Namespace, n_devices: int) -> None:
   """One-line errors for flag values that would otherwise fail inside JAX."""
   for key in ('batch', 'steps', 'repeats', 'resolution', 'num_classes',
-              'accum_steps'):
+              'accum_steps', 'profile_steps'):
     if getattr(args, key) < 1:
       raise ValueError(f'--{key}={getattr(args, key)} must be positive.')
   if args.warmup < 0:
     raise ValueError(f'--warmup={args.warmup} must be >= 0.')
-  _given_peak(args.peak)
+  flops.parse_peak(args.peak, '--peak')
   if args.batch % (args.accum_steps * n_devices):
     raise ValueError(
         f'--batch={args.batch} is not divisible by {n_devices} devices x '
@@ -214,6 +187,7 @@ def run(args: argparse.Namespace) -> dict:
     raise ValueError(f'--devices={args.devices} but only {len(jax.devices())} '
                      'devices exist.')
   _check(args, len(devices))
+  dtype = jnp.dtype(models.resolve_dtype(args.dtype)).name
   config = make_config(args)
   model = models.get_model(args.model, num_classes=args.num_classes,
                            **model_overrides(args))
@@ -221,12 +195,12 @@ def run(args: argparse.Namespace) -> dict:
   batch_sharding = sharding.batch_sharding(mesh)
   host = _batch(args, 0)
   res = {'model': args.model, 'mode': args.mode, 'batch': args.batch,
-         'resolution': args.resolution, 'dtype': args.dtype,
+         'resolution': args.resolution, 'dtype': dtype,
          'devices': len(devices), 'device_kind': devices[0].device_kind,
          'jax': jax.__version__}
   if not models.is_mixer(models.get_model_config(args.model)):
     res['attention'] = attention_lib.resolve_implementation(
-        args.attention, jnp.dtype(args.dtype),
+        args.attention, jnp.dtype(dtype),
         model.hidden_size // model.transformer['num_heads'])
   tx = optim.make_optimizer(config)
   image_shape = (1, args.resolution, args.resolution, 3)
@@ -273,6 +247,12 @@ def run(args: argparse.Namespace) -> dict:
     return compiled(holder['x'], b)
 
   windows = _time(one_step, args.steps, args.warmup, args.repeats)
+  if args.profile_dir:
+    # After timing, so the trace holds steady-state steps only.
+    with jax.profiler.trace(args.profile_dir, create_perfetto_trace=True):
+      jax.block_until_ready(
+          [one_step() for _ in range(args.profile_steps)][-1])
+    res['profile_dir'] = args.profile_dir
   sec = statistics.median(windows)
   res['step_ms'] = sec * 1e3
   res['step_ms_spread'] = (max(windows) - min(windows)) * 1e3
@@ -285,11 +265,11 @@ def run(args: argparse.Namespace) -> dict:
   res['gflops_per_image'] = per_image / 1e9
   achieved = res['img_s_per_device'] * per_image
   res['tflops_per_device'] = achieved / 1e12
-  peak, how = _peak(args.peak, args.dtype, devices[0])
+  peak, how = flops.resolve_peak(args.peak, dtype, devices[0])
   res['peak_tflops'] = peak / 1e12 if peak else None
   res['peak_source'] = how
   res['mfu'] = achieved / peak if peak else None
-  spec = flops.device_peak_flops(devices[0], args.dtype)
+  spec = flops.device_peak_flops(devices[0], dtype)
   res['mfu_datasheet'] = achieved / spec if spec else None
   return res
 
@@ -342,8 +322,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument('--clip', type=float, default=1.0, help='grad clip norm')
   p.add_argument('--accum_steps', type=int, default=1)
   p.add_argument('--num_classes', type=int, default=1000)
-  p.add_argument('--dtype', choices=('bfloat16', 'float32', 'float16'),
-                 default='bfloat16', help='compute dtype (params stay fp32)')
+  p.add_argument('--dtype', choices=models.DTYPES, default='auto',
+                 help='compute dtype, params stay fp32 (auto: bf16 on GPU/TPU, '
+                      'fp32 on CPU, as the trainer)')
   p.add_argument('--attention', choices=attention_lib.IMPLEMENTATIONS,
                  default='auto')
   p.add_argument('--pad_multiple', type=int, default=8,
@@ -365,6 +346,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                       '| table | a number in TFLOP/s')
   p.add_argument('--compare', choices=('', 'timm'), default='')
   p.add_argument('--json', default='', help='also write the fields here')
+  p.add_argument('--profile_dir', default='',
+                 help='after timing, trace --profile_steps steps with '
+                      'jax.profiler into this directory (TensorBoard/Perfetto)')
+  p.add_argument('--profile_steps', type=int, default=3)
   return p.parse_args(argv)
 
 

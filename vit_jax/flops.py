@@ -228,3 +228,48 @@ def measure_peak_flops(dtype: str = 'bfloat16', n: int = 8192, *,
     chain(a, b).block_until_ready()
     best = min(best, time.perf_counter() - t)
   return 2.0 * n**3 * inner / best
+
+
+PEAK_MODES = ('auto', 'measure', 'table')
+
+
+def parse_peak(spec: Union[str, float, int],
+               name: str = 'peak') -> Optional[float]:
+  """A given peak in TFLOP/s as FLOP/s; None for the modes in PEAK_MODES."""
+  if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+    value = float(spec)
+  elif isinstance(spec, str) and spec.replace('.', '', 1).isdigit():
+    value = float(spec)
+  elif spec in PEAK_MODES:
+    return None
+  else:
+    raise ValueError(f'{name}={spec}: use one of {PEAK_MODES} or a number in '
+                     'TFLOP/s.')
+  if value <= 0:
+    raise ValueError(f'{name}={spec}: a given peak must be positive TFLOP/s.')
+  return value * 1e12
+
+
+def resolve_peak(spec: Union[str, float, int] = 'auto',
+                 dtype: str = 'bfloat16',
+                 device: Optional[jax.Device] = None
+                 ) -> tuple[Optional[float], str]:
+  """(peak FLOP/s or None, how it was obtained): the MFU denominator.
+
+  One rule for the benchmark and the trainer, so their MFUs compare: a number
+  is taken as given (TFLOP/s); 'table' is the datasheet; 'auto' is the
+  datasheet on TPU and a measured 8192^3 matmul on GPU (512^3 on CPU, only so
+  the field exists there); 'measure' always measures.
+  """
+  given = parse_peak(spec)
+  if given:
+    return given, f'given {given / 1e12:g} TFLOP/s'
+  device = device or jax.devices()[0]
+  if spec == 'table' or (spec == 'auto' and device.platform == 'tpu'):
+    peak = device_peak_flops(device, dtype)
+    if peak is None:
+      return None, f'no datasheet peak for {device.device_kind} {dtype}'
+    return peak, f'datasheet {device.device_kind}'
+  n = 512 if device.platform == 'cpu' else 8192
+  return (measure_peak_flops(dtype, n, device=device),
+          f'measured {n}^3 {jnp.dtype(dtype).name} matmul')

@@ -29,7 +29,7 @@ PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a scheduler expects
 
 # Model fields whose config value means "keep the preset's".
 _KEEP = {'num_classes': -1, 'representation_size': -1, 'dropout_rate': -1.0}
-_VIT_ONLY = {'attention': 'xla', 'remat': 'none', 'stochastic_depth': 0.0,
+_VIT_ONLY = {'attention': 'auto', 'remat': 'none', 'stochastic_depth': 0.0,
              'head_bias_init': 0.0, 'scan_layers': False,
              'attention_pad_multiple': 8, 'patch_embedding': 'conv'}
 
@@ -88,6 +88,9 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   for key in ('batch', 'batch_eval', 'accum_steps', 'total_steps'):
     if config[key] < 1:
       raise ValueError(f'config.{key}={config[key]} must be positive.')
+  if config.peak_tflops < 0:
+    raise ValueError(f'config.peak_tflops={config.peak_tflops} must be >= 0 '
+                     '(0 = measured on GPU, datasheet on TPU).')
   if config.batch % config.accum_steps:
     raise ValueError(f'config.batch={config.batch} is not divisible by '
                      f'config.accum_steps={config.accum_steps}.')
@@ -121,6 +124,50 @@ def _to_host(tree: Any) -> Any:
     return jax.device_get(tree)
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   return multihost_utils.process_allgather(tree, tiled=True)
+
+
+class StepTimer:
+  """Seconds spent on training steps alone, between the loop's sync points.
+
+  start() after the first (compiling) step; step() per later step; pause()
+  and resume() around evaluation, extras and checkpoints; window() at a sync
+  point returns (steps, seconds) since the previous window and starts anew.
+  """
+
+  def __init__(self, clock=time.perf_counter):
+    self._clock = clock
+    self._since = None
+    self._seconds = 0.0
+    self._steps = 0
+
+  def start(self) -> None:
+    """Starts the clock with no steps counted."""
+    self._since, self._seconds, self._steps = self._clock(), 0.0, 0
+
+  def step(self) -> None:
+    """Counts one more timed step."""
+    self._steps += 1
+
+  def pause(self) -> None:
+    """Stops the clock (the steps before this point are finished)."""
+    if self._since is not None:
+      self._seconds += self._clock() - self._since
+      self._since = None
+
+  def resume(self) -> None:
+    """Restarts the clock after a pause."""
+    if self._since is None:
+      self._since = self._clock()
+
+  def window(self) -> tuple[int, float]:
+    """(steps, step seconds) since the last window; call when steps are done."""
+    running = self._since is not None
+    self.pause()
+    out = (self._steps, self._seconds)
+    self._seconds, self._steps = 0.0, 0
+    if running:
+      self.resume()
+    return out
 
 
 class _SignalFlag:
@@ -174,9 +221,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   `devices` restricts the mesh to some of the local devices (tests, notebooks).
   """
-  prepare_workdir(workdir)
   mesh = sharding.make_mesh(config.mesh, devices)
-  check_config(config, mesh)
+  check_config(config, mesh)  # before anything is written
+  prepare_workdir(workdir)
   info = input_pipeline.get_dataset_info(config)
   model = build_model(config, info.num_classes)
   schedule = optim.make_schedule(config)
@@ -230,24 +277,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   flops_per_image = flops.model_flops_per_image(model_fields(model), res,
                                                 train=True)
-  peak = (config.peak_tflops * 1e12 if config.peak_tflops else
-          flops.device_peak_flops())
+  # The benchmark's rule (flops.resolve_peak), so the two MFUs compare.
+  peak, peak_source = flops.resolve_peak(
+      config.peak_tflops or 'auto',
+      jnp.dtype(models.resolve_dtype(config.model.dtype)).name,
+      jax.local_devices()[0])
+  if peak:
+    logging.info('MFU is against %.1f TFLOP/s per device (%s).', peak / 1e12,
+                 peak_source)
   total = config.total_steps
   final = {}
   with _SignalFlag() as sigterm:
     train_iter = input_pipeline.make_train_iterator(config, mesh,
                                                     start_step=start_step)
     pending = []  # device metrics since the last log line
-    t0, steps_timed = None, 0
+    timer = StepTimer()
+    t0 = None  # wall clock after the first step, for the ETA
     for step in range(start_step + 1, total + 1):
       batch = next(train_iter)
       state, step_metrics = step_fn(state, batch)
       pending.append(step_metrics)
       if t0 is None:  # exclude compilation from the throughput
         jax.block_until_ready(step_metrics)
-        t0, steps_timed = time.time(), 0
+        t0 = time.time()
+        timer.start()
       else:
-        steps_timed += 1
+        timer.step()
       is_last = step == total
       if step % config.log_every == 0 or is_last:
         host = jax.device_get(pending)
@@ -255,21 +310,31 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         _check_finite(host, step - len(host) + 1, ckpt)
         scalars = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
         scalars['learning_rate'] = float(host[-1]['learning_rate'])
-        elapsed = time.time() - t0
-        if steps_timed:
-          img_sec = config.batch * steps_timed / elapsed
+        steps_timed, seconds = timer.window()
+        if steps_timed and seconds > 0:
+          img_sec = config.batch * steps_timed / seconds
           scalars['img_sec_core'] = img_sec / jax.device_count()
           if peak:
             scalars['mfu'] = img_sec * flops_per_image / (
                 peak * jax.device_count())
         writer.write_scalars(step, scalars)
-        eta = elapsed / max(steps_timed, 1) * (total - step)
+        done = step - start_step - 1
+        eta = (time.time() - t0) / max(done, 1) * (total - step)
         logging.info('step %d/%d (%.1f%%) loss %.4f lr %.3g%s ETA %s', step,
                      total, 100 * step / total, scalars['train_loss'],
                      scalars['learning_rate'],
                      f" {scalars['img_sec_core']:.1f} img/s/core"
                      if 'img_sec_core' in scalars else '', _format_eta(eta))
-      if (config.eval_every and step % config.eval_every == 0) or is_last:
+      eval_due = (config.eval_every and step % config.eval_every == 0
+                  ) or is_last
+      saving = config.checkpoint_every and step % config.checkpoint_every == 0
+      # Evaluation, extras and checkpoints stay out of img/s and mfu: wait
+      # for the steps in flight (these need the state anyway), stop the clock.
+      paused = eval_due or saving or hooks.due(step, is_last)
+      if paused:
+        jax.block_until_ready(state)
+        timer.pause()
+      if eval_due:
         final = evaluate(eval_fn, state.params, eval_data)
         writer.write_scalars(step, {k: v for k, v in final.items()
                                     if k != 'eval_examples'})
@@ -278,12 +343,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                      final['eval_examples'])
       hooks.after_step(step, state, is_last)
       preempted = sigterm.raised or ckpt.reached_preemption(step)
-      if (config.checkpoint_every and step % config.checkpoint_every == 0
-          ) or is_last or preempted:
+      if saving or is_last or preempted:
         if pending:  # never checkpoint a state that went non-finite
           host = jax.device_get(pending)
           _check_finite(host, step - len(host) + 1, ckpt)
         ckpt.save(step, state, force=preempted)
+      if paused:
+        timer.resume()
       if preempted:
         ckpt.close()
         writer.flush()
@@ -337,14 +403,25 @@ class _Hooks:
     self._model = model
     self._eval_data = eval_data
 
-  def after_step(self, step: int, state, is_last: bool) -> None:
+  def _fewshot_due(self, step: int, is_last: bool) -> bool:
+    return bool(self._fewshot) and (
+        step % self._config.fewshot.every == 0 or is_last)
+
+  def _images_due(self, step: int, is_last: bool) -> bool:
     cfg = self._config
-    if self._fewshot and (step % cfg.fewshot.every == 0 or is_last):
+    return bool(cfg.log_images and cfg.eval_every and (
+        step % cfg.eval_every == 0 or is_last) and jax.process_index() == 0)
+
+  def due(self, step: int, is_last: bool) -> bool:
+    """Whether after_step will do any work at this step."""
+    return self._fewshot_due(step, is_last) or self._images_due(step, is_last)
+
+  def after_step(self, step: int, state, is_last: bool) -> None:
+    if self._fewshot_due(step, is_last):
       results = self._fewshot.run(state.params)
       self._writer.write_scalars(step, results)
       logging.info('step %d: %s', step, json.dumps(results))
-    if cfg.log_images and cfg.eval_every and (
-        step % cfg.eval_every == 0 or is_last) and jax.process_index() == 0:
+    if self._images_due(step, is_last):
       from vit_jax import visualize  # pylint: disable=g-import-not-at-top
       params = _to_host(state.params)
       sample = next(iter(self._eval_data))['image']

@@ -3,6 +3,7 @@ import difflib
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import ml_collections
 
@@ -11,7 +12,7 @@ from vit_jax.models.presets import MODEL_CONFIGS
 from vit_jax.models.vit import VisionTransformer
 
 __all__ = ['MODEL_CONFIGS', 'get_model', 'get_model_config', 'VisionTransformer',
-           'MlpMixer', 'is_mixer']
+           'MlpMixer', 'is_mixer', 'resolve_dtype']
 
 # Fields beyond the architecture that every ViT accepts.
 _VIT_EXTRA = ('num_classes', 'representation_size', 'classifier',
@@ -21,6 +22,26 @@ _VIT_EXTRA = ('num_classes', 'representation_size', 'classifier',
 _MIXER_EXTRA = ('num_classes', 'dtype')
 _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16,
            'float16': jnp.float16}
+
+
+DTYPES = ('auto',) + tuple(_DTYPES)
+
+
+def resolve_dtype(dtype: Any, backend: str = '') -> Any:
+  """The compute dtype for a name: 'auto' is bfloat16 on GPU/TPU, float32 on CPU.
+
+  bf16 matrix units make it the fast path on accelerators; XLA:CPU emulates
+  bf16 products, so there float32 is both faster and exact.
+  """
+  if not isinstance(dtype, str):
+    return dtype
+  if dtype == 'auto':
+    backend = backend or jax.default_backend()
+    return jnp.float32 if backend == 'cpu' else jnp.bfloat16
+  if dtype not in _DTYPES:
+    raise ValueError(f'Unknown dtype {dtype!r}; use one of '
+                     f'{", ".join(DTYPES)}.')
+  return _DTYPES[dtype]
 
 
 def is_mixer(config: Any) -> bool:
@@ -51,6 +72,7 @@ def get_model(name: str, num_classes: int = 1000, **overrides: Any) -> nn.Module
   """Builds the preset `name` with `overrides` of its fields (or transformer's).
 
   Examples: get_model('ViT-B_16', num_classes=10, dtype='bfloat16'),
+  get_model('ViT-B_16', dtype='auto') (bf16 on accelerators, fp32 on CPU),
   get_model('ViT-B_16', num_layers=6, representation_size=768).
   """
   kwargs = _plain(get_model_config(name))
@@ -65,9 +87,6 @@ def get_model(name: str, num_classes: int = 1000, **overrides: Any) -> nn.Module
       valid = sorted(allowed | set(kwargs.get('transformer', {})))
       raise ValueError(f'Unknown override {key!r} for model {name!r}; valid '
                        f'keys: {", ".join(valid)}.')
-  if isinstance(kwargs.get('dtype'), str):
-    if kwargs['dtype'] not in _DTYPES:
-      raise ValueError(f'Unknown dtype {kwargs["dtype"]!r}; use one of '
-                       f'{", ".join(_DTYPES)}.')
-    kwargs['dtype'] = _DTYPES[kwargs['dtype']]
+  if 'dtype' in kwargs:
+    kwargs['dtype'] = resolve_dtype(kwargs['dtype'])
   return (MlpMixer if is_mixer(kwargs) else VisionTransformer)(**kwargs)
