@@ -27,6 +27,7 @@ import numpy as np
 from vit_jax import flops
 from vit_jax import models
 from vit_jax import optim
+from vit_jax import profiling
 from vit_jax import sharding
 from vit_jax import train_step
 from vit_jax.models import attention as attention_lib
@@ -253,6 +254,9 @@ def run(args: argparse.Namespace) -> dict:
       jax.block_until_ready(
           [one_step() for _ in range(args.profile_steps)][-1])
     res['profile_dir'] = args.profile_dir
+    res['profile'] = profiling.summarize(
+        profiling.find_trace(args.profile_dir), args.profile_steps,
+        hlo_text=compiled.as_text())
   sec = statistics.median(windows)
   res['step_ms'] = sec * 1e3
   res['step_ms_spread'] = (max(windows) - min(windows)) * 1e3
@@ -285,7 +289,7 @@ def _fmt(value: Any) -> str:
 def format_report(res: dict) -> str:
   """The human-readable block the command prints."""
   lines = [f'{k:22s} {_fmt(v)}' for k, v in res.items()
-           if k not in ('timm', 'ratio_vs_timm')]
+           if k not in ('timm', 'ratio_vs_timm', 'profile')]
   timm = res.get('timm')
   if timm is not None:
     if 'img_s' in timm:
@@ -302,6 +306,9 @@ def format_report(res: dict) -> str:
     else:
       lines.append(f'{"timm":22s} skipped: '
                    f'{timm.get("skipped") or timm.get("error")}')
+  if 'profile' in res:
+    lines.append(profiling.format_summary(res['profile'],
+                                          step_ms=res.get('step_ms')))
   return '\n'.join(lines)
 
 
@@ -371,8 +378,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
       res['ratio_vs_timm'] = res['img_s'] / timm['img_s']
   print(format_report(res), flush=True)
   if args.json:
+    out = dict(res)
+    if 'profile' in out:
+      out['profile'] = profiling.as_jsonable(out['profile'])
     with open(args.json, 'w') as f:
-      json.dump(res, f, indent=1)
+      json.dump(out, f, indent=1)
   return res
 
 
