@@ -8,9 +8,12 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import jax
+import jax.numpy as jnp
 
 from vit_jax import benchmark
 from vit_jax import flops
+from vit_jax import models
 
 TINY = ['--model=testing', '--batch=8', '--resolution=32', '--steps=2',
         '--warmup=1', '--repeats=2', '--dtype=float32', '--num_classes=10']
@@ -19,7 +22,7 @@ FIELDS = ('model', 'mode', 'batch', 'resolution', 'dtype', 'devices',
           'xla_gflops_per_image', 'step_ms', 'step_ms_spread', 'img_s',
           'img_s_per_device', 'peak_mem_gib', 'gflops_per_image',
           'tflops_per_device', 'peak_tflops', 'peak_source', 'mfu',
-          'mfu_datasheet')
+          'mfu_datasheet', 'donated_gib')
 
 
 def _run(argv):
@@ -78,6 +81,20 @@ class BenchmarkTest(absltest.TestCase):
     self.assertIn('timm', res)
     self.assertRegex(out, r'timm\s+skipped: ')
     self.assertNotIn('ratio_vs_timm', res)
+
+  def test_state_is_donated_to_the_step(self):
+    model = models.get_model('testing', num_classes=10)
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                            jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32))
+    param_bytes = sum(x.size * x.dtype.itemsize
+                      for x in jax.tree.leaves(params))
+    res, _, _, code = _run(TINY + ['--devices=1', '--optimizer=adam'])
+    self.assertEqual(code, 0)
+    # Parameters and both Adam moments are updated in place.
+    self.assertGreaterEqual(res['donated_gib'] * 2**30, 3 * param_bytes)
+    res, _, _, code = _run(TINY + ['--devices=1', '--no_donate'])
+    self.assertEqual(code, 0)
+    self.assertEqual(res['donated_gib'], 0.0)
 
   def test_user_errors_are_one_line(self):
     cases = [

@@ -89,17 +89,20 @@ def _memory(device: jax.Device) -> Optional[float]:
   return stats['peak_bytes_in_use'] / GiB
 
 
-def _compiled_memory(compiled: Any) -> Optional[float]:
-  """GiB one device needs for the executable: arguments, outputs, temporaries."""
+def _compiled_memory(compiled: Any) -> tuple:
+  """(GiB one device needs for the executable, GiB of inputs donated to outputs).
+
+  The first counts arguments, outputs and temporaries, donated buffers once.
+  """
   try:
     m = compiled.memory_analysis()
   except Exception:  # pylint: disable=broad-except
-    return None
+    return None, None
   if m is None:
-    return None
+    return None, None
   total = (m.argument_size_in_bytes + m.output_size_in_bytes
            - m.alias_size_in_bytes + m.temp_size_in_bytes)
-  return total / GiB
+  return total / GiB, m.alias_size_in_bytes / GiB
 
 
 def _xla_flops(compiled: Any, platform: str) -> Optional[float]:
@@ -211,13 +214,10 @@ def run(args: argparse.Namespace) -> dict:
   state = jax.jit(init_fn, out_shardings=state_sh)(jax.random.PRNGKey(0))
   if args.mode == 'train':
     res['optimizer'] = args.optimizer
-    fn = jax.jit(
-        sharding.with_activation_constraints(
-            train_step.make_train_step(model, tx, config,
-                                       optim.make_schedule(config)), mesh),
-        in_shardings=(state_sh, batch_sharding),
-        out_shardings=(state_sh, None),
-        donate_argnums=0 if args.donate else ())
+    fn = train_step.jit_train_step(
+        train_step.make_train_step(model, tx, config,
+                                   optim.make_schedule(config)),
+        mesh, state_sh, donate=args.donate)
     params_or_state = state
   else:
     params_or_state = state.params
@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> dict:
   t = time.perf_counter()
   compiled = fn.lower(params_or_state, batch).compile()
   res['compile_s'] = time.perf_counter() - t
-  res['compiled_mem_gib'] = _compiled_memory(compiled)
+  res['compiled_mem_gib'], res['donated_gib'] = _compiled_memory(compiled)
   xla = _xla_flops(compiled, devices[0].platform)
   res['xla_gflops_per_image'] = (xla / args.batch * len(devices) / 1e9
                                  if xla else None)

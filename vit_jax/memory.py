@@ -102,8 +102,7 @@ def memory_report(config: ml_collections.ConfigDict,
       'label': jax.ShapeDtypeStruct((config.batch, config.model.num_classes), jnp.float32,
                                     sharding=batch_sharding),
   }
-  jitted = jax.jit(sharding.with_activation_constraints(step, mesh), in_shardings=(shardings, batch_sharding),
-                   out_shardings=(shardings, None), donate_argnums=0)
+  jitted = train_step.jit_train_step(step, mesh, shardings)
   start = time.perf_counter()
   compiled = jitted.lower(state, batch).compile()
   compile_s = time.perf_counter() - start

@@ -261,13 +261,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                config.model_name, f'{n_params:,}', info.name, info.num_train,
                info.num_eval, info.num_classes, dict(mesh.shape), config.batch,
                config.accum_steps, start_step, config.total_steps)
-  # Activation constraints keep FSDP from gathering whole-batch activations
-  # (it gathers the weights instead); they change no values.
-  step_fn = jax.jit(
-      sharding.with_activation_constraints(
-          train_step_lib.make_train_step(model, tx, config, schedule), mesh),
-      in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
-      out_shardings=(state_shardings, None), donate_argnums=0)
+  step_fn = train_step_lib.jit_train_step(
+      train_step_lib.make_train_step(model, tx, config, schedule), mesh,
+      state_shardings)
   eval_fn = jax.jit(sharding.with_activation_constraints(
       train_step_lib.make_eval_step(model, config.loss), mesh),
                     in_shardings=(state_shardings.params,
