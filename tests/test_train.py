@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from configs import common
+from configs import quickstart
 from vit_jax import checkpoint
 from vit_jax import flops
 from vit_jax import input_pipeline
@@ -184,6 +185,26 @@ class TrainTest(absltest.TestCase):
     with self.assertRaisesRegex(train.NonFiniteError, r'at step \d+'):
       train.train_and_evaluate(c, workdir)
     self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
+
+
+class NumericsTest(absltest.TestCase):
+
+  def test_bfloat16_loss_curve_tracks_float32_on_the_quickstart(self):
+    losses = {}
+    for dtype in ('float32', 'bfloat16'):
+      c = quickstart.get_config()
+      c.update(dict(total_steps=60, warmup_steps=10, log_every=10,
+                    eval_every=0, checkpoint_every=0, batch=64,
+                    eval_split='test[:200]'))
+      c.model.dtype = dtype
+      workdir = self.create_tempdir().full_path
+      train.train_and_evaluate(c, workdir, devices=jax.devices()[:2])
+      losses[dtype] = [r['train_loss'] for r in metrics.read_metrics(workdir)
+                       if 'train_loss' in r]
+    f32, bf16 = np.array(losses['float32']), np.array(losses['bfloat16'])
+    self.assertLen(f32, 6)
+    self.assertLess(f32[-1], 0.85 * f32[0])  # a learning curve, not a plateau
+    np.testing.assert_allclose(bf16, f32, rtol=0.02)
 
 
 class StepTimerTest(absltest.TestCase):
