@@ -29,6 +29,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
+import parity  # tools/parity.py, beside this script
+
 _REFERENCE_DIR = flags.DEFINE_string(
     'reference_dir', None, 'Directory holding the original vit_jax package.')
 _MODELS = flags.DEFINE_list(
@@ -179,14 +181,7 @@ def main(argv: list[str]) -> None:
   rows = []
   for name in _MODELS.value:
     rows.extend(_compare(name))
-  worst = 0.0
-  for label, err in rows:
-    print(f'{label:60s} rel_err={err:.3e}')
-    worst = max(worst, err)
-  ok = worst < _TOLERANCE.value
-  print(f'{"PASS" if ok else "FAIL"}: worst relative error {worst:.3e} '
-        f'(tolerance {_TOLERANCE.value:g})')
-  sys.exit(0 if ok else 1)
+  parity.report_and_exit(rows, _TOLERANCE.value)
 
 
 if __name__ == '__main__':

@@ -22,6 +22,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
+import parity  # tools/parity.py, beside this script
+
 _MODELS = flags.DEFINE_list(
     'models', ['ViT-B_16=vit_base_patch16_224'],
     'Pairs of our preset and the timm model name, joined by "=".')
@@ -117,13 +119,7 @@ def main(argv: list[str]) -> None:
       if not sep:
         raise SystemExit(f'--models entry {pair!r} is not NAME=TIMM_NAME.')
       rows.extend(_compare(name, timm_name, work))
-  worst = max(err for _, err in rows)
-  for label, err in rows:
-    print(f'{label:60s} rel_err={err:.3e}')
-  ok = worst < _TOLERANCE.value
-  print(f'{"PASS" if ok else "FAIL"}: worst relative error {worst:.3e} '
-        f'(tolerance {_TOLERANCE.value:g})')
-  sys.exit(0 if ok else 1)
+  parity.report_and_exit(rows, _TOLERANCE.value)
 
 
 if __name__ == '__main__':
