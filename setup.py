@@ -33,12 +33,12 @@ EXTRAS_REQUIRE = {
 
 setuptools.setup(
     name='vit_jax',
-    version='0.1.0',
+    version='0.2.0',
     description='Vision Transformer pre-training and fine-tuning in JAX/Flax',
     long_description=open('README.md').read(),
     long_description_content_type='text/markdown',
     packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
-    package_data={'vit_jax': ['data/*.txt', 'data/*.json', 'labels/*.txt',
+    package_data={'vit_jax': ['labels/*.txt',
                             'labels/README.md']},
     python_requires='>=3.10',
     install_requires=INSTALL_REQUIRES,

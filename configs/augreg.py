@@ -8,8 +8,8 @@ The file name's first part names the model (Ti_16, S_32, B_16, L_16, R_Ti_16,
 R26_S_32, ...); the checkpoint is gs://vit_models/augreg/NAME.npz unless
 --config.pretrained_path names a local copy.
 """
-from configs import common
-from configs import recipes
+from vit_jax.configs import base
+from vit_jax.configs import recipes
 
 AUGREG_DIR = 'gs://vit_models/augreg'
 
@@ -30,7 +30,7 @@ def get_config(arg: str = 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd
   """Returns the fine-tuning config for 'AUGREG_FILENAME,DATASET'."""
   filename, _, dataset = arg.partition(',')
   filename = filename.removesuffix('.npz')
-  c = common.get_base_config()
+  c = base.get_base_config()
   c.model_name = augreg_model(filename)
   recipes.apply_finetune(c, dataset or 'cifar10')
   c.pretrained_path = f'{AUGREG_DIR}/{filename}.npz'

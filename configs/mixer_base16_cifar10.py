@@ -2,13 +2,13 @@
 
   python -m vit_jax.main --config=configs/mixer_base16_cifar10.py --workdir=DIR
 """
-from configs import common
-from configs import recipes
+from vit_jax.configs import base
+from vit_jax.configs import recipes
 
 
 def get_config():
   """Returns the Mixer-B/16 CIFAR-10 fine-tuning config."""
-  c = common.get_base_config()
+  c = base.get_base_config()
   c.model_name = 'Mixer-B_16'
   recipes.apply_finetune(c, 'cifar10')
   c.pp.crop = 224

@@ -4,12 +4,12 @@
 
 Reaches >= 0.95 accuracy on the 1,000 test digits in a few minutes on 2 cores.
 """
-from configs import common
+from vit_jax.configs import base
 
 
 def get_config():
   """Returns the quickstart config."""
-  c = common.get_base_config()
+  c = base.get_base_config()
   c.model_name = 'ViT-Ti_16'
   # A narrower, shallower ViT with 4x4 patches: 7x7 tokens for 28x28 digits.
   c.model.hidden_size = 64
@@ -40,6 +40,6 @@ def get_config():
   c.grad_clip_norm = 1.0
 
   c.log_every = 50
-  c.eval_every = 500
+  c.evals.test.every = 500
   c.checkpoint_every = 250
   return c

@@ -4,18 +4,18 @@
       --config.pretrained_dir=gs://vit_models/imagenet21k
 
 MODEL is a preset name (ViT-B_16) or short name (b16, l16, r50_b16, ...);
-DATASET any name vit_jax.datasets knows. The start checkpoint is
+DATASET any name vit_jax.data.sources knows. The start checkpoint is
 pretrained_dir/MODEL.npz, or --config.pretrained_path=FILE.npz (for example a
 params.npz this package exported).
 """
-from configs import common
-from configs import recipes
+from vit_jax.configs import base
+from vit_jax.configs import recipes
 
 
 def get_config(arg: str = 'b16,cifar10'):
   """Returns the fine-tuning config for 'MODEL,DATASET'."""
   model, _, dataset = arg.partition(',')
-  c = common.get_base_config()
+  c = base.get_base_config()
   c.model_name = recipes.model_name(model)
   recipes.apply_finetune(c, dataset or 'cifar10')
   c.pretrained_dir = 'gs://vit_models/imagenet21k'

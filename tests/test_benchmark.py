@@ -11,8 +11,8 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 
-from vit_jax import benchmark
-from vit_jax import flops
+from vit_jax.perf import benchmark
+from vit_jax.models import flops
 from vit_jax import models
 
 TINY = ['--model=testing', '--batch=8', '--resolution=32', '--steps=2',
@@ -92,7 +92,7 @@ class BenchmarkTest(absltest.TestCase):
     self.assertEqual(code, 0)
     # Parameters and both Adam moments are updated in place.
     self.assertGreaterEqual(res['donated_gib'] * 2**30, 3 * param_bytes)
-    res, _, _, code = _run(TINY + ['--devices=1', '--no_donate'])
+    res, _, _, code = _run(TINY + ['--devices=1', '--nodonate'])
     self.assertEqual(code, 0)
     self.assertEqual(res['donated_gib'], 0.0)
 
@@ -113,7 +113,7 @@ class BenchmarkTest(absltest.TestCase):
 
   def test_command_line_entry_point(self):
     proc = subprocess.run(
-        [sys.executable, '-m', 'vit_jax.benchmark', '--model=testing',
+        [sys.executable, '-m', 'vit_jax.perf.benchmark', '--model=testing',
          '--batch=4', '--resolution=32', '--steps=1', '--warmup=0',
          '--repeats=1', '--dtype=float32', '--devices=1', '--mode=infer'],
         capture_output=True, text=True, check=False,
@@ -121,6 +121,17 @@ class BenchmarkTest(absltest.TestCase):
     self.assertEqual(proc.returncode, 0, proc.stderr[-500:])
     self.assertRegex(proc.stdout, r'img_s\s+\d')
     self.assertRegex(proc.stdout, r'mfu\s+\d')
+    # --helpfull works (absl flags) and lists the command's flags.
+    proc = subprocess.run([sys.executable, '-m', 'vit_jax.perf.benchmark', '--helpfull'],
+                          capture_output=True, text=True, check=False)
+    self.assertIn('--profile_dir', proc.stdout)
+    self.assertNotIn('Traceback', proc.stderr)
+    # The old module path answers with a pointer to the new one.
+    proc = subprocess.run([sys.executable, '-m', 'vit_jax.benchmark'],
+                          capture_output=True, text=True, check=False)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('vit_jax.benchmark moved to vit_jax.perf.benchmark', proc.stderr)
+    self.assertNotIn('Traceback', proc.stderr)
 
 
 if __name__ == '__main__':

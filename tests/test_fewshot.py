@@ -5,12 +5,14 @@ import sys
 
 from absl.testing import absltest
 import jax
-from jax.sharding import Mesh
+import ml_collections
 import numpy as np
 
 from tests import tiny_trained
-from vit_jax import fewshot
-from vit_jax import predict
+from vit_jax.evaluators import base
+from vit_jax.evaluators import fewshot
+from vit_jax.inference import load
+from vit_jax.parallel import sharding
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,18 +89,19 @@ class EvaluatorTest(absltest.TestCase):
     super().setUpClass()
     cls.params_path, cls.data_dir, _ = tiny_trained.trained()
     cls.config = tiny_trained.config(cls.data_dir)
-    cls.loaded = predict.load_model(None, cls.params_path)
-    cls.mesh = Mesh(np.array(jax.devices()), ('data',))
+    cls.loaded = load.load_model(None, cls.params_path)
+    cls.mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})
 
-  def _config(self, **fewshot_overrides):
-    c = tiny_trained.config(self.data_dir)
-    c.fewshot.datasets = ['mnist5k']
-    c.fewshot.update(fewshot_overrides)
-    return c
+  def _evaluator(self, config=None, **options):
+    config = config or tiny_trained.config(self.data_dir)
+    opts = ml_collections.ConfigDict(config.evals.fewshot.to_dict())
+    opts.datasets = ('mnist5k',)
+    opts.update(options)
+    return fewshot.FewShot('fewshot', opts,
+                           base.Context(config, self.loaded.model, self.mesh))
 
   def test_trained_features_beat_chance_by_far(self):
-    evaluator = fewshot.FewShotEvaluator(self._config(), self.loaded.model,
-                                         self.mesh)
+    evaluator = self._evaluator()
     metrics = evaluator.run(self.loaded.params)
     self.assertEqual(set(metrics), {f'fewshot/mnist5k_{k}shot'
                                     for k in (1, 5, 10, 25)})
@@ -110,8 +113,7 @@ class EvaluatorTest(absltest.TestCase):
     self.assertEqual(evaluator.run(self.loaded.params), metrics)
 
   def test_untrained_features_are_worse(self):
-    evaluator = fewshot.FewShotEvaluator(
-        self._config(shots=[10], seeds=1), self.loaded.model, self.mesh)
+    evaluator = self._evaluator(shots=(10,), seeds=1)
     trained = evaluator.run(self.loaded.params)['fewshot/mnist5k_10shot']
     shuffled = jax.tree.map(
         lambda x: np.random.default_rng(0).permutation(x.ravel()).reshape(x.shape),
@@ -120,31 +122,29 @@ class EvaluatorTest(absltest.TestCase):
     self.assertGreater(trained, untrained + 0.1)
 
   def test_config_errors(self):
-    model = self.loaded.model
-    with self.assertRaisesRegex(ValueError, 'fewshot.datasets'):
-      fewshot.FewShotEvaluator(self._config(datasets=['']), model, self.mesh)
-    with self.assertRaisesRegex(ValueError, 'fewshot.shots'):
-      fewshot.FewShotEvaluator(self._config(shots=[0, 5]), model, self.mesh)
-    with self.assertRaisesRegex(ValueError, 'fewshot.seeds'):
-      fewshot.FewShotEvaluator(self._config(seeds=0), model, self.mesh)
-    c = self._config()
+    with self.assertRaisesRegex(ValueError, r'evals\.fewshot\.datasets'):
+      self._evaluator(datasets=('',))
+    with self.assertRaisesRegex(ValueError, r'evals\.fewshot\.shots'):
+      self._evaluator(shots=(0, 5))
+    with self.assertRaisesRegex(ValueError, r'evals\.fewshot\.seeds'):
+      self._evaluator(seeds=0)
+    c = tiny_trained.config(self.data_dir)
     c.batch_eval = 7
     with self.assertRaisesRegex(ValueError, 'batch_eval=7'):
-      fewshot.FewShotEvaluator(c, model, self.mesh)
+      self._evaluator(c)
     with self.assertRaisesRegex(ValueError, "Unknown dataset 'mnist5kk'"):
-      fewshot.FewShotEvaluator(self._config(datasets=['mnist5kk']), model,
-                               self.mesh).run(self.loaded.params)
+      self._evaluator(datasets=('mnist5kk',)).run(self.loaded.params)
     with self.assertRaisesRegex(ValueError, 'Bad split'):
-      fewshot.FewShotEvaluator(self._config(datasets=['mnist5k|train|nope']),
-                               model, self.mesh).run(self.loaded.params)
+      self._evaluator(datasets=('mnist5k|train|nope',)).run(self.loaded.params)
     with self.assertRaisesRegex(ValueError, 'name|train_split|test_split'):
       fewshot.parse_dataset('mnist5k|train')
 
   def test_metric_names(self):
-    self.assertEqual(fewshot.metric_name('synthetic/small', 5),
+    self.assertEqual(fewshot.metric_name('fewshot', 'synthetic/small', 5),
                      'fewshot/synthetic_small_5shot')
-    self.assertEqual(fewshot.metric_name('imagenet2012|train[:9]|validation', 1),
-                     'fewshot/imagenet2012_1shot')
+    self.assertEqual(
+        fewshot.metric_name('fs', 'imagenet2012|train[:9]|validation', 1),
+        'fs/imagenet2012_1shot')
 
   def test_cli_on_a_checkpoint(self):
     proc = subprocess.run(

@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import flops
+from vit_jax.models import flops
+from vit_jax.parallel import peaks
 from vit_jax import models
 
 
@@ -70,44 +71,44 @@ class AnalyticFlopsTest(parameterized.TestCase):
       flops.model_flops_per_image('ViT-X', 224, train=True)
     with self.assertRaisesRegex(ValueError, 'resolution must be a positive'):
       flops.model_flops_per_image('ViT-B_16', 0, train=True)
-    with self.assertRaisesRegex(ValueError, 'expected a ViT or Mixer'):
+    with self.assertRaisesRegex(ValueError, 'No model family recognises'):
       flops.model_flops_per_image({'width': 3}, 224, train=True)
 
 
 class PeakTest(absltest.TestCase):
 
   def test_table(self):
-    self.assertEqual(flops.peak_flops_for_kind('NVIDIA H100 80GB HBM3'), 989e12)
-    self.assertEqual(flops.peak_flops_for_kind('NVIDIA H100 PCIe'), 756e12)
-    self.assertEqual(flops.peak_flops_for_kind('NVIDIA A100-SXM4-80GB'), 312e12)
-    self.assertEqual(flops.peak_flops_for_kind('TPU v4'), 275e12)
-    self.assertEqual(flops.peak_flops_for_kind('TPU v5 lite'), 197e12)
-    self.assertEqual(flops.peak_flops_for_kind('TPU v5p'), 459e12)
-    self.assertEqual(flops.peak_flops_for_kind('NVIDIA H100 80GB HBM3',
+    self.assertEqual(peaks.peak_flops_for_kind('NVIDIA H100 80GB HBM3'), 989e12)
+    self.assertEqual(peaks.peak_flops_for_kind('NVIDIA H100 PCIe'), 756e12)
+    self.assertEqual(peaks.peak_flops_for_kind('NVIDIA A100-SXM4-80GB'), 312e12)
+    self.assertEqual(peaks.peak_flops_for_kind('TPU v4'), 275e12)
+    self.assertEqual(peaks.peak_flops_for_kind('TPU v5 lite'), 197e12)
+    self.assertEqual(peaks.peak_flops_for_kind('TPU v5p'), 459e12)
+    self.assertEqual(peaks.peak_flops_for_kind('NVIDIA H100 80GB HBM3',
                                                'float32'), 67e12)
-    self.assertIsNone(flops.peak_flops_for_kind('Some Future Chip'))
+    self.assertIsNone(peaks.peak_flops_for_kind('Some Future Chip'))
 
   def test_cpu_has_no_datasheet_peak(self):
-    self.assertIsNone(flops.device_peak_flops(jax.devices('cpu')[0]))
+    self.assertIsNone(peaks.device_peak_flops(jax.devices('cpu')[0]))
 
   def test_resolve_peak_rules(self):
     cpu = jax.devices('cpu')[0]
-    self.assertEqual(flops.resolve_peak(2.5, 'float32', cpu),
+    self.assertEqual(peaks.resolve_peak(2.5, 'float32', cpu),
                      (2.5e12, 'given 2.5 TFLOP/s'))
-    self.assertEqual(flops.resolve_peak('2.5', 'float32', cpu)[0], 2.5e12)
-    peak, how = flops.resolve_peak('table', 'bfloat16', cpu)
+    self.assertEqual(peaks.resolve_peak('2.5', 'float32', cpu)[0], 2.5e12)
+    peak, how = peaks.resolve_peak('table', 'bfloat16', cpu)
     self.assertIsNone(peak)
     self.assertIn('no datasheet peak', how)
-    peak, how = flops.resolve_peak('auto', 'float32', cpu)
+    peak, how = peaks.resolve_peak('auto', 'float32', cpu)
     self.assertGreater(peak, 1e8)
     self.assertEqual(how, 'measured 512^3 float32 matmul')
     for bad, message in (('fast', 'use one of'), (0, 'must be positive'),
                          ('-1', 'use one of')):
       with self.assertRaisesRegex(ValueError, message):
-        flops.resolve_peak(bad, 'float32', cpu)
+        peaks.resolve_peak(bad, 'float32', cpu)
 
   def test_measure_small_matmul(self):
-    peak = flops.measure_peak_flops('float32', 256, inner=2, repeats=2)
+    peak = peaks.measure_peak_flops('float32', 256, inner=2, repeats=2)
     self.assertTrue(np.isfinite(peak))
     self.assertGreater(peak, 1e8)
 

@@ -7,8 +7,9 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from tests import tfds_testdata
-from vit_jax import datasets
-from vit_jax import input_pipeline
+from vit_jax.data import sources as datasets
+from vit_jax.data import pipeline as input_pipeline
+from vit_jax.parallel import sharding
 from vit_jax.data import plan
 from vit_jax.data import reader
 
@@ -91,7 +92,7 @@ class TrainPipelineTest(parameterized.TestCase):
     image, label = batch['image'], batch['label']
     self.assertEqual((image.shape, image.dtype), ((32, 16, 16, 3), np.float32))
     self.assertEqual((label.shape, label.dtype), ((32, 10), np.float32))
-    self.assertEqual(image.sharding, input_pipeline.batch_sharding(mesh))
+    self.assertEqual(image.sharding, sharding.batch_sharding(mesh))
     self.assertEqual(image.sharding.spec, jax.sharding.PartitionSpec(('data', 'fsdp')))
     image = np.asarray(image)
     self.assertBetween(image.min(), -1.0, -0.9)  # MNIST backgrounds are black...
@@ -214,7 +215,7 @@ class EvalPipelineTest(parameterized.TestCase):
 
   def test_simulated_processes_split_the_eval_set(self):
     config = tfds_testdata.config('mnist5k', batch_eval=40)
-    parts = [input_pipeline.eval_dataset(config, slots, 4) for slots in ([0, 1], [2, 3])]
+    parts = [input_pipeline.eval_dataset(config, None, slots, 4) for slots in ([0, 1], [2, 3])]
     self.assertEqual(parts[0][1], parts[1][1])  # Both processes run the same batch count.
     index = [np.concatenate([b['index'] for b in ds.as_numpy_iterator()]) for ds, _ in parts]
     real = [i[i >= 0] for i in index]
@@ -223,7 +224,7 @@ class EvalPipelineTest(parameterized.TestCase):
 
   def test_numpy_eval_preprocessing_matches_the_pipeline(self):
     config = tfds_testdata.config('mnist5k', batch_eval=8)
-    batch = next(input_pipeline.eval_dataset(config, [0], 1)[0].as_numpy_iterator())
+    batch = next(input_pipeline.eval_dataset(config, None, [0], 1)[0].as_numpy_iterator())
     builder = datasets.prepare(datasets.resolve('mnist5k'), config.data_dir)
     first = next(builder.as_dataset(split='test', shuffle_files=False).as_numpy_iterator())
     self.assertEqual(batch['index'][0], 0)
@@ -234,7 +235,7 @@ class EvalPipelineTest(parameterized.TestCase):
       input_pipeline.preprocess_for_eval_numpy(np.zeros((4, 4), np.float32), config)
 
   def test_get_dataset_info(self):
-    info = input_pipeline.get_dataset_info(tfds_testdata.config('mnist5k'))
+    info = datasets.get_dataset_info(tfds_testdata.config('mnist5k'))
     self.assertEqual((info.num_train, info.num_eval, info.num_classes), (4000, 1000, 10))
     self.assertEqual(info.label_names, [str(i) for i in range(10)])
 

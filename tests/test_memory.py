@@ -5,8 +5,8 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 
-from vit_jax import memory
-from vit_jax import sharding
+from vit_jax.perf import memory
+from vit_jax.parallel import sharding
 
 
 def _tiny_config(rules):

@@ -5,7 +5,7 @@ import os
 
 from absl.testing import absltest
 
-from vit_jax import metrics
+from vit_jax.train import writers as metrics
 
 
 class JsonlWriterTest(absltest.TestCase):

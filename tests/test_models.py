@@ -68,7 +68,7 @@ class PresetTest(parameterized.TestCase):
     params = variables['params']
     self.assertEqual(params['head']['kernel'].shape[-1], 7)
     cfg = models.MODEL_CONFIGS[name]
-    if not models.is_mixer(cfg) and 'resnet' not in cfg:
+    if models.family_of(cfg).name == 'vit' and 'resnet' not in cfg:
       self.assertEqual(_count(params), _vit_count(name, 7, 224))
 
   @parameterized.parameters(*sorted(PUBLISHED_COUNTS.items()))

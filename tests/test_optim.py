@@ -1,26 +1,32 @@
-"""Tests for the recipes' schedules and optimizers."""
+"""Tests for the recipes' schedules (optax) and the optimizers chosen by name."""
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
-from configs import common
-from configs import recipes
-from vit_jax import optim
+from vit_jax.configs import base
+from vit_jax.configs import recipes
+from vit_jax.train import optimizers
+from vit_jax.train import schedules
 
 
 def _config(**kw):
-  c = common.get_base_config()
+  c = base.get_base_config()
   c.update(kw)
   return c
+
+
+def _tx(c):
+  return optimizers.make(c, schedules.make(c))
 
 
 class ScheduleTest(absltest.TestCase):
 
   def test_pretrain_recipe_learning_rates(self):
-    c = common.get_base_config()
+    c = base.get_base_config()
     recipes.apply_pretrain(c, 'imagenet2012', 'ViT-B_16')
-    lr = optim.make_schedule(c)
+    lr = schedules.make(c)
     self.assertEqual(c.batch, 4096)
     self.assertEqual(c.warmup_steps, 10_000)
     self.assertAlmostEqual(float(lr(0)), 0.0)
@@ -32,10 +38,11 @@ class ScheduleTest(absltest.TestCase):
     self.assertAlmostEqual(float(lr(c.total_steps)), 1e-5, places=9)
 
   def test_finetune_recipe_learning_rates(self):
-    c = common.get_base_config()
+    c = base.get_base_config()
     recipes.apply_finetune(c, 'cifar10')
-    lr = optim.make_schedule(c)
-    self.assertEqual((c.optimizer, c.momentum, c.batch), ('sgd', 0.9, 512))
+    lr = schedules.make(c)
+    self.assertEqual((c.optimizer, c.optimizers.sgd.momentum, c.batch),
+                     ('sgd', 0.9, 512))
     self.assertEqual((c.total_steps, c.warmup_steps), (10_000, 500))
     self.assertAlmostEqual(float(lr(250)), 0.015, places=7)
     self.assertAlmostEqual(float(lr(500)), 0.03, places=7)
@@ -47,9 +54,29 @@ class ScheduleTest(absltest.TestCase):
     self.assertEqual(c.pp.crop, 384)
     self.assertEqual(recipes.FINETUNE_STEPS['imagenet2012'], 20_000)
 
-  def test_bad_decay_type(self):
+  def test_matches_the_closed_form_at_every_step(self):
+    for decay in ('cosine', 'linear', 'constant'):
+      for warmup in (0, 7):
+        c = _config(base_lr=0.3, end_lr=0.01, warmup_steps=warmup, total_steps=40,
+                    decay_type=decay)
+        lr = schedules.make(c)
+        for step in range(41):
+          if step < warmup:
+            want = 0.3 * step / warmup
+          else:
+            t = (step - warmup) / (40 - warmup)
+            want = {'cosine': 0.01 + 0.29 * 0.5 * (1 + np.cos(np.pi * t)),
+                    'linear': 0.01 + 0.29 * (1 - t), 'constant': 0.3}[decay]
+          self.assertAlmostEqual(float(lr(step)), want, places=6,
+                                 msg=f'{decay} warmup {warmup} step {step}')
+
+  def test_bad_settings(self):
     with self.assertRaisesRegex(ValueError, "decay_type='cosin'"):
-      optim.make_schedule(_config(decay_type='cosin'))
+      schedules.make(_config(decay_type='cosin'))
+    with self.assertRaisesRegex(ValueError, 'warmup_steps=10 must be in'):
+      schedules.make(_config(warmup_steps=10, total_steps=10))
+    with self.assertRaisesRegex(ValueError, 'base_lr=nan'):
+      schedules.make(_config(base_lr=float('nan')))
 
 
 class OptimizerTest(absltest.TestCase):
@@ -60,7 +87,7 @@ class OptimizerTest(absltest.TestCase):
             'posembed_input': {'pos_embedding': jnp.ones((1, 4, 3))}}
 
   def test_decay_mask_only_kernels(self):
-    mask = optim.decay_mask(self._params())
+    mask = optimizers.decay_mask(self._params())
     self.assertTrue(mask['head']['kernel'])
     self.assertFalse(mask['head']['bias'])
     self.assertFalse(mask['LayerNorm_0']['scale'])
@@ -69,7 +96,7 @@ class OptimizerTest(absltest.TestCase):
   def test_adamw_decays_kernels_by_lr_times_wd(self):
     c = _config(optimizer='adam', base_lr=0.1, warmup_steps=0, total_steps=10,
                 decay_type='constant', weight_decay=0.5, grad_clip_norm=0.0)
-    tx = optim.make_optimizer(c)
+    tx = _tx(c)
     params = self._params()
     zeros = jax.tree.map(jnp.zeros_like, params)
     updates, _ = tx.update(zeros, tx.init(params), params)
@@ -79,23 +106,64 @@ class OptimizerTest(absltest.TestCase):
     np.testing.assert_allclose(updates['LayerNorm_0']['scale'], 0.0)
 
   def test_gradient_clipping(self):
-    c = _config(optimizer='sgd', momentum=0.0, base_lr=1.0, warmup_steps=0,
+    c = _config(optimizer='sgd', base_lr=1.0, warmup_steps=0,
                 total_steps=10, decay_type='constant', grad_clip_norm=1.0)
-    tx = optim.make_optimizer(c)
+    c.optimizers.sgd.momentum = 0.0
+    tx = _tx(c)
     params = {'w': jnp.zeros((4,))}
     updates, _ = tx.update({'w': jnp.full((4,), 10.0)}, tx.init(params), params)
     self.assertAlmostEqual(float(jnp.linalg.norm(updates['w'])), 1.0, places=5)
 
   def test_bf16_momentum(self):
-    c = _config(optimizer='sgd', optim_dtype='bfloat16')
-    tx = optim.make_optimizer(c)
+    c = _config(optimizer='sgd')
+    c.optimizers.sgd.accumulator_dtype = 'bfloat16'
+    tx = _tx(c)
     state = tx.init({'w': jnp.zeros((4,))})
     dtypes = {x.dtype for x in jax.tree.leaves(state) if x.ndim}
     self.assertIn(jnp.dtype(jnp.bfloat16), dtypes)
 
-  def test_unknown_optimizer(self):
-    with self.assertRaisesRegex(ValueError, "optimizer='adamw'"):
-      optim.make_optimizer(_config(optimizer='adamw'))
+  def test_any_optax_optimizer_by_name_with_its_options(self):
+    c = _config(optimizer='lion', base_lr=0.1, warmup_steps=0, total_steps=10,
+                decay_type='constant', weight_decay=0.5, grad_clip_norm=0.0)
+    c.optimizers.lion = {'b1': 0.5, 'b2': 0.9}
+    tx = _tx(c)
+    params = self._params()
+    grads = jax.tree.map(jnp.ones_like, params)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    # Lion: -lr * (sign(update) + wd * p) on the decayed kernels, -lr * sign on the rest.
+    np.testing.assert_allclose(updates['head']['kernel'], -0.1 * (1 + 0.5), rtol=1e-6)
+    np.testing.assert_allclose(updates['head']['bias'], -0.1, rtol=1e-6)
+    c.optimizers.lion = {'b1': 0.5, 'beta': 0.9}
+    with self.assertRaisesRegex(ValueError, r"optimizers\.lion\.beta is not an option"):
+      _tx(c)
+
+  def test_registered_optimizer(self):
+    seen = {}
+
+    def plain_sgd(learning_rate, weight_decay, mask, *, scale=1.0):
+      seen.update(weight_decay=weight_decay, scale=scale)
+      del mask
+      return optax.sgd(lambda step: scale * learning_rate(step))
+
+    optimizers.register('plain_sgd', plain_sgd)
+    self.addCleanup(optimizers.OPTIMIZERS.pop, 'plain_sgd')
+    c = _config(optimizer='plain_sgd', base_lr=0.5, warmup_steps=0, total_steps=10,
+                decay_type='constant', grad_clip_norm=0.0, weight_decay=0.25)
+    c.optimizers.plain_sgd = {'scale': 2.0}
+    tx = _tx(c)
+    updates, _ = tx.update({'w': jnp.ones(2)}, tx.init({'w': jnp.zeros(2)}))
+    np.testing.assert_allclose(updates['w'], -1.0)
+    self.assertEqual(seen, {'weight_decay': 0.25, 'scale': 2.0})
+
+  def test_errors(self):
+    with self.assertRaisesRegex(ValueError, "optimizer='adamx' is unknown"):
+      _tx(_config(optimizer='adamx'))
+    with self.assertRaisesRegex(ValueError, 'optax.rmsprop takes no weight decay'):
+      _tx(_config(optimizer='rmsprop', weight_decay=0.1))
+    c = _config(optimizer='sgd')
+    c.optimizers.sgd.b1 = 0.9
+    with self.assertRaisesRegex(ValueError, r"optimizers\.sgd\.b1 is not an option"):
+      _tx(c)
 
 
 if __name__ == '__main__':

@@ -16,8 +16,11 @@ import skimage.data
 from tests import tiny_trained
 from vit_jax import checkpoint
 from vit_jax import models
-from vit_jax import predict
-from vit_jax.data import mnist5k
+from vit_jax.inference import images as images_lib
+from vit_jax.inference import labels as labels_lib
+from vit_jax.inference import load
+from vit_jax.inference import predict
+from vit_jax.data.builders import mnist5k
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,22 +61,22 @@ class PredictTest(absltest.TestCase):
     super().tearDownClass()
 
   def test_load_model_reads_head_and_resolution(self):
-    loaded = predict.load_model('testing', self.imagenet)
+    loaded = load.load_model('testing', self.imagenet)
     self.assertEqual((loaded.num_classes, loaded.resolution), (1000, 32))
-    bigger = predict.load_model('testing', self.imagenet, resolution=64)
+    bigger = load.load_model('testing', self.imagenet, resolution=64)
     self.assertEqual(bigger.resolution, 64)
     self.assertEqual(
         bigger.params['Transformer']['posembed_input']['pos_embedding'].shape,
         (1, 17, 10))
 
   def test_top5_on_skimage_photos_with_imagenet_names(self):
-    loaded = predict.load_model('testing', self.imagenet)
-    names = predict.load_label_names('imagenet1k')
+    loaded = load.load_model('testing', self.imagenet)
+    names = labels_lib.load_label_names('imagenet1k')
     paths = list(self.photos.values())
     results = predict.predict_files(loaded, paths, names)
     self.assertLen(results, len(paths))
     probs = predict.make_predict_fn(loaded)(
-        np.stack([predict.load_image(p, 32) for p in paths]))
+        np.stack([images_lib.load_image(p, 32) for p in paths]))
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
     for row, best in zip(probs, results):
       self.assertLen(best, 5)
@@ -84,7 +87,7 @@ class PredictTest(absltest.TestCase):
 
   def test_load_image_any_size_and_mode(self):
     for path in self.photos.values():
-      image = predict.load_image(path, 48)
+      image = images_lib.load_image(path, 48)
       self.assertEqual(image.shape, (48, 48, 3))
       self.assertEqual(image.dtype, np.float32)
       self.assertBetween(float(image.min()), -1.0, 1.0)
@@ -99,8 +102,8 @@ class PredictTest(absltest.TestCase):
       path = os.path.join(self.dir, f'digit_{row}.png')
       Image.fromarray(images[row, ..., 0]).save(path)
       paths.append(path)
-    loaded = predict.load_model(None, params_path)
-    names = predict.load_label_names('mnist5k', data_dir)
+    loaded = load.load_model(None, params_path)
+    names = labels_lib.load_label_names('mnist5k', data_dir)
     self.assertEqual(names, [str(i) for i in range(10)])
     results = predict.predict_files(loaded, paths, names)
     correct = sum(best[0][0] == str(labels[row])
@@ -108,8 +111,8 @@ class PredictTest(absltest.TestCase):
     self.assertGreaterEqual(correct, 12)  # chance: 2
 
   def test_label_files(self):
-    in1k = predict.load_label_names('imagenet1k')
-    in21k = predict.load_label_names('imagenet21k')
+    in1k = labels_lib.load_label_names('imagenet1k')
+    in21k = labels_lib.load_label_names('imagenet21k')
     self.assertLen(in1k, 1000)
     self.assertLen(in21k, 21843)
     self.assertEqual(in1k[0], 'tench, Tinca tinca')
@@ -125,9 +128,9 @@ class PredictTest(absltest.TestCase):
     self.assertEqual(ids21k, sorted(set(ids21k)))
     # All ImageNet-1k classes but one (n04399382, teddy bear) are in the fall11 release.
     self.assertEqual(set(ours) - set(ids21k), {'n04399382'})
-    self.assertEqual(predict.default_labels(1000), 'imagenet1k')
-    self.assertEqual(predict.default_labels(21843), 'imagenet21k')
-    self.assertIsNone(predict.default_labels(10))
+    self.assertEqual(labels_lib.default_labels(1000), 'imagenet1k')
+    self.assertEqual(labels_lib.default_labels(21843), 'imagenet21k')
+    self.assertIsNone(labels_lib.default_labels(10))
 
   def test_bad_inputs_raise_one_line_errors(self):
     text = os.path.join(self.dir, 'notes.jpg')
@@ -139,22 +142,22 @@ class PredictTest(absltest.TestCase):
     with open(truncated, 'wb') as f:
       f.write(data[:len(data) // 3])
     cases = [
-        (lambda: predict.load_image(text, 32), ValueError, 'Cannot read image'),
-        (lambda: predict.load_image(truncated, 32), ValueError, 'Cannot read image'),
-        (lambda: predict.load_image(os.path.join(self.dir, 'nope.png'), 32),
+        (lambda: images_lib.load_image(text, 32), ValueError, 'Cannot read image'),
+        (lambda: images_lib.load_image(truncated, 32), ValueError, 'Cannot read image'),
+        (lambda: images_lib.load_image(os.path.join(self.dir, 'nope.png'), 32),
          FileNotFoundError, 'does not exist'),
-        (lambda: predict.load_image(self.dir, 32), IsADirectoryError, 'directory'),
-        (lambda: predict.load_model('ViT-B_16', self.imagenet), ValueError,
+        (lambda: images_lib.load_image(self.dir, 32), IsADirectoryError, 'directory'),
+        (lambda: load.load_model('ViT-B_16', self.imagenet), ValueError,
          'does not fit model'),
-        (lambda: predict.load_model('Mixer-B_16', self.imagenet), ValueError,
+        (lambda: load.load_model('Mixer-B_16', self.imagenet), ValueError,
          'does not fit model'),
-        (lambda: predict.load_model('ViT-B_17', self.imagenet), ValueError,
+        (lambda: load.load_model('ViT-B_17', self.imagenet), ValueError,
          'Unknown model'),
-        (lambda: predict.load_model('testing', self.imagenet, resolution=40),
+        (lambda: load.load_model('testing', self.imagenet, resolution=40),
          ValueError, 'multiple of 16'),
-        (lambda: predict.load_label_names('imagenet3k'), ValueError,
+        (lambda: labels_lib.load_label_names('imagenet3k'), ValueError,
          'Unknown label set'),
-        (lambda: predict.predict_files(predict.load_model('testing', self.imagenet),
+        (lambda: predict.predict_files(load.load_model('testing', self.imagenet),
                                        [self.photos['chelsea']], ['a', 'b']),
          ValueError, 'has 2 names but the checkpoint has 1000'),
     ]

@@ -5,13 +5,13 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from configs import common
+from vit_jax.configs import base
 from tests import tfds_testdata
-from vit_jax import preprocess
+from vit_jax.data import preprocess
 
 
 def _pp(**overrides):
-  pp = common.get_base_config().pp
+  pp = base.get_base_config().pp
   pp.crop, pp.resize = 16, 24
   pp.update(overrides)
   return pp

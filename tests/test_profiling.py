@@ -5,8 +5,8 @@ import os
 
 from absl.testing import absltest
 
-from vit_jax import benchmark
-from vit_jax import profiling
+from vit_jax.perf import benchmark
+from vit_jax.perf import profiling
 
 # Optimised-HLO text in the shape XLA:GPU prints it (cuBLAS and cuDNN custom
 # calls, a Triton gemm fusion, loop/input fusions, an async all-reduce).

@@ -7,12 +7,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import numpy as np
 import optax
 
-from configs import common
-from vit_jax import sharding
+from vit_jax.configs import base
+from vit_jax.parallel import sharding
 
 
 def _config(rules='fsdp', min_size=2**16):
-  config = common.get_base_config()
+  config = base.get_base_config()
   config.sharding = rules
   config.fsdp_min_size = min_size
   return config
@@ -68,7 +68,7 @@ class MeshTest(parameterized.TestCase):
     self.assertEqual(tuple(mesh.devices.shape), shape)
 
   def test_default_config_mesh_and_subset_of_devices(self):
-    mesh = sharding.make_mesh(common.get_base_config().mesh, devices=jax.devices()[:4])
+    mesh = sharding.make_mesh(base.get_base_config().mesh, devices=jax.devices()[:4])
     self.assertEqual(dict(mesh.shape), {'data': 4, 'fsdp': 1})
 
   @parameterized.parameters(

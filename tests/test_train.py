@@ -11,20 +11,22 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
-from configs import common
-from configs import quickstart
 from vit_jax import checkpoint
-from vit_jax import flops
-from vit_jax import input_pipeline
-from vit_jax import metrics
-from vit_jax import train
+from vit_jax import configs
+from vit_jax.data import sources
+from vit_jax.models import from_config
+from vit_jax.models import flops
+from vit_jax.train import loop
+from vit_jax.train import preemption
+from vit_jax.train import timing
+from vit_jax.train import writers as metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_config(**overrides):
   """A ViT of width 16 on 28x28 digits: a few seconds per run on CPU."""
-  c = common.get_base_config()
+  c = configs.get_base_config()
   c.model_name = 'testing'
   c.model.patches = {'size': (7, 7)}
   c.model.hidden_size = 16
@@ -44,7 +46,7 @@ def tiny_config(**overrides):
   c.warmup_steps = 2
   c.total_steps = 8
   c.log_every = 2
-  c.eval_every = 0
+  c.evals.test.every = 0
   c.checkpoint_every = 4
   c.peak_tflops = 0.0  # the benchmark's rule: a matmul measured at start
   c.update(overrides)
@@ -52,7 +54,7 @@ def tiny_config(**overrides):
 
 
 def final_params(workdir):
-  return checkpoint.load(os.path.join(workdir, train.PARAMS_FILE))
+  return checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
 
 
 def assert_trees_equal(test, a, b):
@@ -68,10 +70,10 @@ class TrainTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.reference_dir = os.path.join(tempfile.mkdtemp(), 'reference')
-    cls.reference = train.train_and_evaluate(tiny_config(), cls.reference_dir)
+    cls.reference = loop.train_and_evaluate(tiny_config(), cls.reference_dir)
 
   def test_run_writes_everything(self):
-    self.assertEqual(self.reference['eval_examples'], 200)
+    self.assertEqual(self.reference['examples_test'], 200)
     self.assertBetween(self.reference['accuracy_test'], 0.0, 1.0)
     records = metrics.read_metrics(self.reference_dir)
     train_records = [r for r in records if 'train_loss' in r]
@@ -82,7 +84,7 @@ class TrainTest(absltest.TestCase):
     self.assertGreater(train_records[-1]['mfu'], 0.0)
     # One peak, resolved once, behind every window's mfu.
     per_image = flops.model_flops_per_image(
-        train.model_fields(train.build_model(tiny_config(), 10)), 28,
+        from_config.build(tiny_config(), 10), 28,
         train=True)
     peaks = [r['img_sec_core'] * per_image / r['mfu'] for r in train_records
              if 'mfu' in r]
@@ -109,14 +111,14 @@ class TrainTest(absltest.TestCase):
       os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=send_sigterm, daemon=True).start()
-    with self.assertRaisesRegex(train.Preempted, 'Preempted at step'):
-      train.train_and_evaluate(tiny_config(), workdir)
+    with self.assertRaisesRegex(preemption.Preempted, 'Preempted at step'):
+      loop.train_and_evaluate(tiny_config(), workdir)
     self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
     saved = sorted(int(s) for s in os.listdir(os.path.join(workdir,
                                                            'checkpoints'))
                    if s.isdigit())
     self.assertGreaterEqual(saved[-1], 4)
-    train.train_and_evaluate(tiny_config(), workdir)
+    loop.train_and_evaluate(tiny_config(), workdir)
     assert_trees_equal(self, final_params(workdir),
                        final_params(self.reference_dir))
 
@@ -137,7 +139,7 @@ class TrainTest(absltest.TestCase):
       time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    train.train_and_evaluate(tiny_config(), workdir)
+    loop.train_and_evaluate(tiny_config(), workdir)
     assert_trees_equal(self, final_params(workdir),
                        final_params(self.reference_dir))
 
@@ -146,7 +148,7 @@ class TrainTest(absltest.TestCase):
     results = []
     for n in (1, 4):
       workdir = self.create_tempdir().full_path
-      train.train_and_evaluate(
+      loop.train_and_evaluate(
           tiny_config(optimizer='sgd', base_lr=0.1, checkpoint_every=0),
           workdir, devices=jax.devices()[:n])
       results.append((final_params(workdir), metrics.read_metrics(workdir)))
@@ -164,9 +166,9 @@ class TrainTest(absltest.TestCase):
                     optimizer='sgd', base_lr=0.01)
     c.pp.resize = 40
     c.pp.crop = 35
-    result = train.train_and_evaluate(c, workdir)
-    self.assertEqual(result['eval_examples'],
-                     input_pipeline.get_dataset_info(c).num_eval)
+    result = loop.train_and_evaluate(c, workdir)
+    self.assertEqual(result['examples_test'],
+                     sources.get_dataset_info(c).num_eval)
     params = final_params(workdir)
     ref = final_params(self.reference_dir)
     self.assertEqual(
@@ -182,8 +184,8 @@ class TrainTest(absltest.TestCase):
     workdir = self.create_tempdir().full_path
     c = tiny_config(base_lr=1e30, optimizer='sgd', warmup_steps=0,
                     grad_clip_norm=0.0, total_steps=12)
-    with self.assertRaisesRegex(train.NonFiniteError, r'at step \d+'):
-      train.train_and_evaluate(c, workdir)
+    with self.assertRaisesRegex(loop.NonFiniteError, r'at step \d+'):
+      loop.train_and_evaluate(c, workdir)
     self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
 
 
@@ -192,13 +194,13 @@ class NumericsTest(absltest.TestCase):
   def test_bfloat16_loss_curve_tracks_float32_on_the_quickstart(self):
     losses = {}
     for dtype in ('float32', 'bfloat16'):
-      c = quickstart.get_config()
+      c = configs.load(os.path.join(REPO, 'configs', 'quickstart.py'))
       c.update(dict(total_steps=60, warmup_steps=10, log_every=10,
-                    eval_every=0, checkpoint_every=0, batch=64,
-                    eval_split='test[:200]'))
+                    checkpoint_every=0, batch=64, eval_split='test[:200]'))
+      c.evals.test.every = 0
       c.model.dtype = dtype
       workdir = self.create_tempdir().full_path
-      train.train_and_evaluate(c, workdir, devices=jax.devices()[:2])
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:2])
       losses[dtype] = [r['train_loss'] for r in metrics.read_metrics(workdir)
                        if 'train_loss' in r]
     f32, bf16 = np.array(losses['float32']), np.array(losses['bfloat16'])
@@ -211,7 +213,7 @@ class StepTimerTest(absltest.TestCase):
 
   def test_pauses_are_left_out_and_windows_restart(self):
     now = [0.0]
-    timer = train.StepTimer(clock=lambda: now[0])
+    timer = timing.StepTimer(clock=lambda: now[0])
     timer.start()
     for _ in range(4):
       now[0] += 0.5
@@ -228,6 +230,31 @@ class StepTimerTest(absltest.TestCase):
     timer.pause()
     now[0] += 5.0
     self.assertEqual(timer.window(), (0, 0.0))  # paused: nothing counted
+
+
+class CommandLineTest(absltest.TestCase):
+
+  def test_runs_from_another_directory_with_the_config_by_path(self):
+    elsewhere = self.create_tempdir().full_path
+    workdir = os.path.join(elsewhere, 'run')
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    out = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.main',
+         f'--config={os.path.join(REPO, "configs", "quickstart.py")}',
+         f'--workdir={workdir}', '--config.total_steps=4', '--config.warmup_steps=1',
+         '--config.batch=16', '--config.eval_split=test[:200]', '--config.batch_eval=200',
+         '--config.log_every=2', f'--config.data_dir={os.path.join(elsewhere, "tfds")}'],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+    self.assertIn('accuracy_test', metrics.read_metrics(workdir)[-1])
+    self.assertTrue(os.path.exists(os.path.join(workdir, loop.PARAMS_FILE)))
+
+  def test_old_names_point_to_their_new_place(self):
+    from vit_jax import train  # pylint: disable=g-import-not-at-top
+    with self.assertRaisesRegex(AttributeError, 'moved to vit_jax.train.loop'):
+      train.train_and_evaluate  # pylint: disable=pointless-statement
+    with self.assertRaisesRegex(ImportError, 'moved to vit_jax.data.pipeline'):
+      import vit_jax.input_pipeline  # pylint: disable=g-import-not-at-top,unused-import
 
 
 class ErrorTest(absltest.TestCase):
@@ -262,31 +289,31 @@ class ErrorTest(absltest.TestCase):
 
   def test_indivisible_batch(self):
     with self.assertRaisesRegex(ValueError, r'config.batch=18 / accum_steps=1'):
-      train.train_and_evaluate(tiny_config(batch=18),
+      loop.train_and_evaluate(tiny_config(batch=18),
                                self.create_tempdir().full_path)
     with self.assertRaisesRegex(ValueError, 'accum_steps=3'):
-      train.train_and_evaluate(tiny_config(accum_steps=3),
+      loop.train_and_evaluate(tiny_config(accum_steps=3),
                                self.create_tempdir().full_path)
 
   def test_negative_peak(self):
     workdir = os.path.join(self.create_tempdir().full_path, 'run')
     with self.assertRaisesRegex(ValueError, r'config.peak_tflops=-1.0 must'):
-      train.train_and_evaluate(tiny_config(peak_tflops=-1.0), workdir)
+      loop.train_and_evaluate(tiny_config(peak_tflops=-1.0), workdir)
     self.assertFalse(os.path.exists(workdir))
 
   def test_unwritable_workdir(self):
     blocker = self.create_tempfile().full_path  # a file where a dir should be
     with self.assertRaisesRegex(ValueError, 'is not writable'):
-      train.train_and_evaluate(tiny_config(), os.path.join(blocker, 'run'))
+      loop.train_and_evaluate(tiny_config(), os.path.join(blocker, 'run'))
 
   def test_checkpoint_that_does_not_fit(self):
     workdir = self.create_tempdir().full_path
-    train.train_and_evaluate(tiny_config(total_steps=4), workdir)
+    loop.train_and_evaluate(tiny_config(total_steps=4), workdir)
     before = sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
     c = tiny_config(total_steps=8)
     c.model.hidden_size = 32
     with self.assertRaisesRegex(ValueError, 'does not fit this model'):
-      train.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir)
     self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
                      before)
 

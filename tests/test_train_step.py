@@ -4,18 +4,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs import common
 from vit_jax import models
-from vit_jax import optim
-from vit_jax import train_step
+from vit_jax.configs import base
+from vit_jax.evaluators import classification
+from vit_jax.train import objectives
+from vit_jax.train import optimizers
+from vit_jax.train import schedules
+from vit_jax.train import step as train_step
 
 
 def _config(**kw):
-  c = common.get_base_config()
-  c.update(dict(optimizer='sgd', momentum=0.9, base_lr=0.1, warmup_steps=0,
+  c = base.get_base_config()
+  c.update(dict(optimizer='sgd', base_lr=0.1, warmup_steps=0,
                 total_steps=10, decay_type='constant', grad_clip_norm=0.0))
   c.update(kw)
   return c
+
+
+def _tx(c):
+  return optimizers.make(c, schedules.make(c))
 
 
 def _batch(n=8, res=16, classes=3, seed=0):
@@ -31,16 +38,17 @@ class TrainStepTest(absltest.TestCase):
     super().setUp()
     self.model = models.get_model('testing', num_classes=3, patches={'size': (4, 4)},
                                   dropout_rate=0.0)
+    self.objective = objectives.Supervised(self.model)
 
   def _state(self, tx):
-    return train_step.init_state(self.model, tx, jax.random.PRNGKey(0),
+    return train_step.init_state(self.objective, tx, jax.random.PRNGKey(0),
                                  (1, 16, 16, 3))
 
   def test_loss_decreases(self):
     c = _config()
-    tx = optim.make_optimizer(c)
-    step = jax.jit(train_step.make_train_step(self.model, tx, c,
-                                              optim.make_schedule(c)))
+    tx = _tx(c)
+    step = jax.jit(train_step.make_train_step(self.objective, tx, 1,
+                                              schedules.make(c)))
     state, batch = self._state(tx), _batch()
     losses = []
     for _ in range(10):
@@ -52,10 +60,9 @@ class TrainStepTest(absltest.TestCase):
     self.assertGreater(float(m['grad_norm']), 0.0)
 
   def test_accumulation_equals_large_batch(self):
-    c1, c4 = _config(), _config(accum_steps=4)
-    tx = optim.make_optimizer(c1)
-    s1 = jax.jit(train_step.make_train_step(self.model, tx, c1))
-    s4 = jax.jit(train_step.make_train_step(self.model, tx, c4))
+    tx = _tx(_config())
+    s1 = jax.jit(train_step.make_train_step(self.objective, tx, 1))
+    s4 = jax.jit(train_step.make_train_step(self.objective, tx, 4))
     a = b = self._state(tx)
     for i in range(3):
       batch = _batch(seed=i)
@@ -66,21 +73,19 @@ class TrainStepTest(absltest.TestCase):
     for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
       np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
 
-  def test_sigmoid_loss(self):
+  def test_losses(self):
     logits = jnp.array([[0.0, 0.0]])
     labels = jnp.array([[1.0, 0.0]])
     np.testing.assert_allclose(
-        train_step.loss_fn(logits, labels, 'sigmoid_xent'), [2 * np.log(2)],
-        rtol=1e-6)
+        objectives.sigmoid_xent(logits, labels), [2 * np.log(2)], rtol=1e-6)
     np.testing.assert_allclose(
-        train_step.loss_fn(logits, labels, 'softmax_xent'), [np.log(2)],
-        rtol=1e-6)
-    with self.assertRaisesRegex(ValueError, "loss='hinge'"):
-      train_step.loss_fn(logits, labels, 'hinge')
+        objectives.softmax_xent(logits, labels), [np.log(2)], rtol=1e-6)
+    with self.assertRaisesRegex(ValueError, "loss='hinge' is unknown"):
+      objectives.Supervised(self.model, 'hinge')
 
   def test_eval_step_masks_padding(self):
-    ev = train_step.make_eval_step(self.model, 'softmax_xent')
-    state = self._state(optim.make_optimizer(_config()))
+    ev = classification.eval_step(self.model, objectives.softmax_xent)
+    state = self._state(_tx(_config()))
     batch = _batch(n=4)
     batch['mask'] = jnp.array([1.0, 1.0, 1.0, 0.0])
     out = ev(state.params, batch)

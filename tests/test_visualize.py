@@ -14,8 +14,9 @@ import skimage.data
 
 from tests import tiny_trained
 from vit_jax import models
-from vit_jax import predict
-from vit_jax import visualize
+from vit_jax.inference import figures as visualize
+from vit_jax.inference import images as images_lib
+from vit_jax.inference import load
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,7 +86,7 @@ class TrainedModelTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.params_path, _, _ = tiny_trained.trained()
-    cls.loaded = predict.load_model(None, cls.params_path)
+    cls.loaded = load.load_model(None, cls.params_path)
     cls.dir = tempfile.mkdtemp(prefix='vit_jax_test_')
     cls.photos = []
     for name in ('chelsea', 'coffee'):
@@ -100,7 +101,7 @@ class TrainedModelTest(absltest.TestCase):
     super().tearDownClass()
 
   def test_summary_images(self):
-    images = np.stack([predict.load_image(p, 28) for p in self.photos])
+    images = np.stack([images_lib.load_image(p, 28) for p in self.photos])
     out = visualize.summary_images(self.loaded.model, self.loaded.params, images)
     self.assertEqual(set(out), {'attention_rollout', 'posemb_similarity'})
     # 28 px upscaled 5x to reach 128 px; image, masked image and heat map side by side.
@@ -114,7 +115,7 @@ class TrainedModelTest(absltest.TestCase):
                                   visualize.to_uint8(images))
 
   def test_trained_attention_differs_from_uniform(self):
-    images = np.stack([predict.load_image(p, 28) for p in self.photos])
+    images = np.stack([images_lib.load_image(p, 28) for p in self.photos])
     weights = visualize.attention_weights(self.loaded.model, self.loaded.params,
                                           images)
     self.assertEqual(weights.shape, (2, 2, 4, 17, 17))
@@ -165,7 +166,7 @@ class OtherModelsTest(absltest.TestCase):
     model = models.get_model(name, num_classes=5, **overrides)
     params = model.init(jax.random.PRNGKey(0),
                         jnp.zeros((1, resolution, resolution, 3)))['params']
-    return predict.LoadedModel(name, model, params, resolution)
+    return load.LoadedModel(name, model, params, resolution)
 
   def test_mixer_has_filters_only(self):
     loaded = self._loaded('Mixer-B_16', 32, hidden_dim=16, num_blocks=1,

@@ -13,7 +13,7 @@ import tempfile
 import numpy as np
 from PIL import Image
 
-from configs import common
+from vit_jax.configs import base
 
 
 @functools.cache
@@ -36,7 +36,7 @@ def tempdir(test, name: str = '') -> str:
 
 def config(dataset: str = 'mnist5k', **overrides):
   """Returns a base config reading `dataset` from the session data dir, tiny images."""
-  c = common.get_base_config()
+  c = base.get_base_config()
   c.dataset = dataset
   c.data_dir = data_dir()
   c.batch = 32

@@ -7,15 +7,15 @@ import functools
 import os
 import tempfile
 
-from configs import common
-from vit_jax import train
+from vit_jax import configs
+from vit_jax.train import loop
 
 MODEL_NAME = 'testing'
 
 
 def config(data_dir: str, **overrides):
   """A 2-layer ViT of width 64 on 28x28 digits (7x7 patches: a 4x4 grid)."""
-  c = common.get_base_config()
+  c = configs.get_base_config()
   c.model_name = MODEL_NAME
   c.model.patches = {'size': (7, 7)}
   c.model.hidden_size = 64
@@ -40,7 +40,7 @@ def config(data_dir: str, **overrides):
   c.warmup_steps = 20
   c.total_steps = 300
   c.log_every = 100
-  c.eval_every = 0
+  c.evals.test.every = 0
   c.checkpoint_every = 0
   c.update(overrides)
   return c
@@ -52,5 +52,5 @@ def trained() -> tuple[str, str, dict]:
   root = tempfile.mkdtemp(prefix='vit_jax_tiny_')
   data_dir = os.path.join(root, 'tfds')
   workdir = os.path.join(root, 'work')
-  result = train.train_and_evaluate(config(data_dir), workdir)
-  return os.path.join(workdir, train.PARAMS_FILE), data_dir, result
+  result = loop.train_and_evaluate(config(data_dir), workdir)
+  return os.path.join(workdir, loop.PARAMS_FILE), data_dir, result

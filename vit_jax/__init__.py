@@ -1,2 +1,12 @@
-"""vit_jax: Vision Transformer pre-training and fine-tuning in JAX/Flax."""
-__version__ = '0.1.0'
+"""vit_jax: Vision Transformer pre-training and fine-tuning in JAX/Flax.
+
+Stages, each a folder with one job (docs/architecture.md): models, data, parallel,
+train, evaluators, inference, perf, cli; configs holds the config schema and recipes.
+The public API of the original vit_jax stays: vit_jax.models.get_model / MODEL_CONFIGS,
+vit_jax.checkpoint.load / save / load_pretrained and `python -m vit_jax.main`.
+"""
+from vit_jax import _moved
+
+__version__ = '0.2.0'
+
+_moved.install()

@@ -1,12 +1,5 @@
-"""Embedded TFDS datasets and image folders; importing this package registers the builders.
+"""Data: the dataset table (catalog), TFDS builders and preparation (sources, builders),
+per-example preprocessing and the tf.data pipeline that feeds global jax.Arrays.
 
-Registered names: `mnist5k`, `digits`, `synthetic`, `image_folder`, `imagenet21k`.
-Each is a `tfds.core.GeneratorBasedBuilder` that prepares its TFRecords into the TFDS
-data dir on first use, so it is read through exactly the code path of cifar10.
+The package imports nothing by itself, so the catalog can be read without TFDS.
 """
-from vit_jax.data import digits
-from vit_jax.data import image_folder
-from vit_jax.data import mnist5k
-from vit_jax.data import synthetic
-
-__all__ = ['digits', 'image_folder', 'mnist5k', 'synthetic']

@@ -1,4 +1,11 @@
-"""The model zoo: presets by their original names and a factory for them."""
+"""The model zoo: presets by their original names, a factory for them, and their families.
+
+`MODEL_CONFIGS` maps every preset name to its architecture config; `get_model(name,
+**overrides)` builds one. Each preset belongs to a family (`families.FAMILIES`: 'vit' for
+ViT and its ResNet hybrids, 'mixer' for MLP-Mixer), the record every other part of the
+package asks about a model; `register_family` adds one.
+"""
+import dataclasses
 import difflib
 from typing import Any
 
@@ -7,24 +14,27 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax.models import families
+from vit_jax.models import mixer
+from vit_jax.models import presets
+from vit_jax.models import vit
 from vit_jax.models.mixer import MlpMixer
-from vit_jax.models.presets import MODEL_CONFIGS
 from vit_jax.models.vit import VisionTransformer
 
 __all__ = ['MODEL_CONFIGS', 'get_model', 'get_model_config', 'VisionTransformer',
-           'MlpMixer', 'is_mixer', 'resolve_dtype']
+           'MlpMixer', 'resolve_dtype', 'register_family', 'family_of']
 
-# Fields beyond the architecture that every ViT accepts.
-_VIT_EXTRA = ('num_classes', 'representation_size', 'classifier',
-              'head_bias_init', 'dtype', 'attention', 'remat',
-              'stochastic_depth', 'resnet', 'attention_pad_multiple',
-              'scan_layers', 'patch_embedding')
-_MIXER_EXTRA = ('num_classes', 'dtype')
 _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16,
            'float16': jnp.float16}
-
-
 DTYPES = ('auto',) + tuple(_DTYPES)
+
+for _family in (vit.FAMILY, mixer.FAMILY):
+  families.register(_family, {
+      name: cfg for name, cfg in presets.PRESETS.items()
+      if all(k in cfg for k in _family.signature)})
+
+MODEL_CONFIGS = families.MODEL_CONFIGS
+register_family = families.register
 
 
 def resolve_dtype(dtype: Any, backend: str = '') -> Any:
@@ -44,11 +54,6 @@ def resolve_dtype(dtype: Any, backend: str = '') -> Any:
   return _DTYPES[dtype]
 
 
-def is_mixer(config: Any) -> bool:
-  """Whether a model config describes an MLP-Mixer rather than a ViT."""
-  return 'num_blocks' in config
-
-
 def get_model_config(name: str) -> ml_collections.ConfigDict:
   """Returns an unlocked copy of the preset `name`, or a one-line error."""
   if name not in MODEL_CONFIGS:
@@ -57,6 +62,15 @@ def get_model_config(name: str) -> ml_collections.ConfigDict:
     raise ValueError(f'Unknown model {name!r}.{hint} Known models: '
                      f'{", ".join(sorted(MODEL_CONFIGS))}.')
   return ml_collections.ConfigDict(MODEL_CONFIGS[name].to_dict())
+
+
+def family_of(model_or_name: Any) -> families.Family:
+  """The family record of a preset name, a preset config or a built model."""
+  if isinstance(model_or_name, nn.Module):
+    return families.of_module(model_or_name)
+  if isinstance(model_or_name, str):
+    return families.of_config(get_model_config(model_or_name))
+  return families.of_config(model_or_name)
 
 
 def _plain(value: Any) -> Any:
@@ -69,24 +83,27 @@ def _plain(value: Any) -> Any:
 
 
 def get_model(name: str, num_classes: int = 1000, **overrides: Any) -> nn.Module:
-  """Builds the preset `name` with `overrides` of its fields (or transformer's).
+  """Builds the preset `name` with `overrides` of its module's fields (or nested ones).
 
   Examples: get_model('ViT-B_16', num_classes=10, dtype='bfloat16'),
   get_model('ViT-B_16', dtype='auto') (bf16 on accelerators, fp32 on CPU),
   get_model('ViT-B_16', num_layers=6, representation_size=768).
   """
   kwargs = _plain(get_model_config(name))
+  family = families.of_config(kwargs)
   kwargs['num_classes'] = num_classes
-  allowed = set(kwargs) | set(_MIXER_EXTRA if is_mixer(kwargs) else _VIT_EXTRA)
+  allowed = {f.name for f in dataclasses.fields(family.module)} - {'parent', 'name'}
+  nested = [k for k in family.nested if k in kwargs]
   for key, value in overrides.items():
+    owner = next((n for n in nested if key in kwargs[n]), None)
     if key in allowed:
       kwargs[key] = _plain(value)
-    elif key in kwargs.get('transformer', {}):
-      kwargs['transformer'] = {**kwargs['transformer'], key: value}
+    elif owner is not None:
+      kwargs[owner] = {**kwargs[owner], key: value}
     else:
-      valid = sorted(allowed | set(kwargs.get('transformer', {})))
+      valid = sorted(allowed | {k for n in nested for k in kwargs[n]})
       raise ValueError(f'Unknown override {key!r} for model {name!r}; valid '
                        f'keys: {", ".join(valid)}.')
   if 'dtype' in kwargs:
     kwargs['dtype'] = resolve_dtype(kwargs['dtype'])
-  return (MlpMixer if is_mixer(kwargs) else VisionTransformer)(**kwargs)
+  return family.module(**kwargs)

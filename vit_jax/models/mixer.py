@@ -1,9 +1,11 @@
 """MLP-Mixer with the original Linen parameter tree."""
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from vit_jax.models import families
 
 
 class MixerMlp(nn.Module):
@@ -63,3 +65,43 @@ class MlpMixer(nn.Module):
       x = nn.Dense(self.num_classes, dtype=self.dtype, name='head',
                    kernel_init=nn.initializers.zeros)(x)
     return x.astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------
+# The family record (vit_jax.models.families).
+
+_TOKEN_MIXING = ('MixerBlock_0', 'token_mixing', 'Dense_0', 'kernel')
+
+
+def forward_flops(c: Mapping[str, Any], res: int, num_classes: int) -> float:
+  """Matmul/conv FLOPs of one forward pass of an MLP-Mixer at `res` pixels."""
+  d = c['hidden_dim']
+  patch = tuple(c['patches']['size'])[0]
+  s = (res // patch)**2
+  flops = 2.0 * s * patch * patch * 3 * d
+  per_block = (2 * 2.0 * d * s * c['tokens_mlp_dim']
+               + 2 * 2.0 * s * d * c['channels_mlp_dim'])
+  flops += c['num_blocks'] * per_block
+  if num_classes:
+    flops += 2.0 * d * num_classes
+  return flops
+
+
+def _patch_tokens(model: nn.Module, params: Mapping[str, Any]) -> Optional[int]:
+  del model
+  # Token mixing is a Dense over the token axis: its input width is the token count.
+  kernel = families.get_path(params, _TOKEN_MIXING)
+  return None if kernel is None else int(kernel.shape[0])
+
+
+FAMILY = families.Family(
+    name='mixer',
+    module=MlpMixer,
+    signature=('num_blocks', 'hidden_dim'),
+    options={'num_classes': families.KEEP, 'dtype': 'auto'},
+    forward_flops=forward_flops,
+    width=lambda c: c['hidden_dim'],
+    patch_tokens=_patch_tokens,
+    rgb_filters=lambda model, params: params['stem']['kernel'],
+    head_keys=('head',),
+)

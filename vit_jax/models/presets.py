@@ -79,4 +79,4 @@ def _build() -> dict:
   return {c.model_name: c.lock() for c in cfgs}
 
 
-MODEL_CONFIGS = _build()
+PRESETS = _build()

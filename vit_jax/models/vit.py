@@ -1,14 +1,17 @@
 """Vision Transformer (and its ResNet hybrid) with the original Linen parameter tree."""
-from typing import Any, Optional
+import math
+from typing import Any, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vit_jax.models import attention as attention_lib
+from vit_jax.models import families
 from vit_jax.models import resnet
 
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
+_TOKEN_CLASSIFIERS = ('token', 'token_unpooled')
 PATCH_EMBEDDINGS = ('matmul', 'conv')
 # Rematerialisation: 'full' saves only each block's input; 'dots' also keeps
 # the outputs of the weight matmuls, recomputing attention and elementwise ops.
@@ -280,7 +283,7 @@ class VisionTransformer(nn.Module):
                        method=self.patch_embedding, name='embedding')(x)
     n, h, w, c = x.shape
     x = jnp.reshape(x, (n, h * w, c))
-    if self.classifier in ('token', 'token_unpooled'):
+    if self.classifier in _TOKEN_CLASSIFIERS:
       cls = self.param('cls', nn.initializers.zeros, (1, 1, c))
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
     x = Encoder(name='Transformer', dtype=self.dtype, attention=self.attention,
@@ -300,3 +303,123 @@ class VisionTransformer(nn.Module):
                    kernel_init=nn.initializers.zeros,
                    bias_init=nn.initializers.constant(self.head_bias_init))(x)
     return x.astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------
+# The family record (vit_jax.models.families).
+
+POSEMB_PATH = ('Transformer', 'posembed_input', 'pos_embedding')
+
+
+def _get(d: Any, key: str, default: Any = None) -> Any:
+  if isinstance(d, Mapping):
+    return d.get(key, default)
+  return getattr(d, key, default)
+
+
+def _conv_flops(out_hw: int, k: int, cin: int, cout: int) -> float:
+  return 2.0 * out_hw * k * k * cin * cout
+
+
+def _resnet_flops(res: int, num_layers: Sequence[int], width_factor: float):
+  """Forward FLOPs, output side length and channels of the hybrid's BiT ResNet."""
+  width = int(64 * width_factor)
+  s = math.ceil(res / 2)  # 7x7 root conv, stride 2, SAME.
+  flops = _conv_flops(s * s, 7, 3, width)
+  s = math.ceil(s / 2)  # 3x3 max pool, stride 2.
+  cin = width
+  for i, units in enumerate(num_layers):
+    f = width * 2**i
+    for u in range(units):
+      stride = 2 if (i > 0 and u == 0) else 1
+      s_out = math.ceil(s / stride)
+      flops += _conv_flops(s * s, 1, cin, f)
+      flops += _conv_flops(s_out * s_out, 3, f, f)
+      flops += _conv_flops(s_out * s_out, 1, f, 4 * f)
+      if cin != 4 * f or stride != 1:
+        flops += _conv_flops(s_out * s_out, 1, cin, 4 * f)
+      cin, s = 4 * f, s_out
+  return flops, s, cin
+
+
+def forward_flops(c: Mapping[str, Any], res: int, num_classes: int) -> float:
+  """Matmul/conv FLOPs of one forward pass of a ViT or hybrid at `res` pixels."""
+  d = c['hidden_size']
+  t = c['transformer']
+  mlp, layers = _get(t, 'mlp_dim'), _get(t, 'num_layers')
+  patch = tuple(_get(c['patches'], 'size'))[0]
+  flops, side, channels = 0.0, res, 3
+  resnet_cfg = c.get('resnet')
+  if resnet_cfg:
+    flops, side, channels = _resnet_flops(
+        res, tuple(_get(resnet_cfg, 'num_layers')),
+        _get(resnet_cfg, 'width_factor', 1))
+  grid = side // patch
+  patches = grid * grid
+  flops += 2.0 * patches * patch * patch * channels * d
+  classifier = c.get('classifier', 'token')
+  n = patches + (classifier in _TOKEN_CLASSIFIERS)
+  per_layer = (2.0 * n * d * 3 * d      # fused QKV projection
+               + 2 * 2.0 * n * n * d    # q.k^T and attention-weighted v
+               + 2.0 * n * d * d        # output projection
+               + 2 * 2.0 * n * d * mlp)  # the two MLP matmuls
+  flops += layers * per_layer
+  rows = n if classifier in ('unpooled', 'token_unpooled') else 1
+  width = d
+  rep = c.get('representation_size')
+  if rep:
+    flops += 2.0 * rows * d * rep
+    width = rep
+  if num_classes:
+    flops += 2.0 * rows * width * num_classes
+  return flops
+
+
+def _class_token(model: nn.Module) -> bool:
+  return model.classifier in _TOKEN_CLASSIFIERS
+
+
+def _patch_tokens(model: nn.Module, params: Mapping[str, Any]) -> Optional[int]:
+  posemb = families.get_path(params, POSEMB_PATH)
+  if posemb is None:
+    return None
+  return int(posemb.shape[1]) - int(_class_token(model))
+
+
+def _fields_from_params(params: Mapping[str, Any]) -> dict:
+  kernel = families.get_path(params, ('pre_logits', 'kernel'))
+  return {'representation_size': None if kernel is None else int(kernel.shape[-1])}
+
+
+def _rgb_filters(model: nn.Module, params: Mapping[str, Any]) -> Any:
+  # A hybrid embeds ResNet features, not RGB pixels.
+  return None if model.resnet is not None else params['embedding']['kernel']
+
+
+FAMILY = families.Family(
+    name='vit',
+    module=VisionTransformer,
+    signature=('hidden_size', 'transformer'),
+    options={
+        'num_classes': families.KEEP, 'representation_size': families.KEEP,
+        'dropout_rate': families.KEEP, 'dtype': 'auto', 'attention': 'auto',
+        'attention_pad_multiple': 8, 'remat': 'none', 'scan_layers': False,
+        'patch_embedding': 'conv', 'stochastic_depth': 0.0,
+        'head_bias_init': 0.0},
+    forward_flops=forward_flops,
+    width=lambda c: c['hidden_size'],
+    patch_tokens=_patch_tokens,
+    fields_from_params=_fields_from_params,
+    nested=('transformer',),
+    posemb_path=POSEMB_PATH,
+    class_token=_class_token,
+    class_token_key='cls',
+    rgb_filters=_rgb_filters,
+    attention_fields={'attention': 'xla', 'remat': False, 'scan_layers': False},
+    # Pre-Linen numbering inside encoder blocks, as the original loader and timm read it.
+    npz_renames={r'^encoderblock_\d+$': {
+        'LayerNorm_0': 'LayerNorm_0',
+        'MultiHeadDotProductAttention_0': 'MultiHeadDotProductAttention_1',
+        'LayerNorm_1': 'LayerNorm_2',
+        'MlpBlock_0': 'MlpBlock_3'}},
+)

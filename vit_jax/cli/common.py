@@ -1,0 +1,25 @@
+"""What the checkpoint commands share: the --model/--checkpoint flags and one-line errors."""
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+
+
+def define_checkpoint_flags() -> None:
+  """--model and --checkpoint, shared by the predict/visualize/fewshot commands."""
+  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
+                      'config.json beside the checkpoint (a vit_jax workdir).')
+  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (local or gs://).',
+                      required=True)
+
+
+def run_command(prog: str, define_flags: Callable[[], None], main_fn: Callable,
+                errors: tuple) -> None:
+  """Runs an absl main with one-line errors (`prog: error: ...`) instead of tracebacks."""
+  define_flags()
+  try:
+    app.run(main_fn)
+  except errors as e:
+    print(f'{prog}: error: {e}', file=sys.stderr)
+    sys.exit(1)

@@ -1,0 +1,75 @@
+r"""Few-shot linear-probe accuracy of a checkpoint (vit_jax.evaluators.fewshot).
+
+  python -m vit_jax.fewshot --model=ViT-B_16 --checkpoint=params.npz \
+      --datasets=mnist5k,digits --shots=1,5,10,25 --seeds=3
+"""
+from typing import Optional, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import ml_collections
+
+from vit_jax.cli import common
+from vit_jax.evaluators import base
+from vit_jax.evaluators import fewshot
+from vit_jax.inference import load
+from vit_jax.parallel import sharding
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  common.define_checkpoint_flags()
+  flags.DEFINE_list('datasets', ['mnist5k'], "TFDS names, or 'name|train|test'.")
+  flags.DEFINE_list('shots', ['1', '5', '10', '25'], 'Examples per class.')
+  flags.DEFINE_integer('seeds', 3, 'Random draws of the shots per dataset.')
+  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
+                       "checkpoint's.")
+  flags.DEFINE_integer('batch', 0, 'Batch size; 0: 8 per device.')
+  flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
+
+
+def fewshot_config(resolution: int, batch: int,
+                   data_dir: Optional[str] = None) -> ml_collections.ConfigDict:
+  """The run config the few-shot evaluator reads, for a checkpoint outside training.
+
+  Evaluation preprocessing is the original vit_jax's: resize straight to the model's
+  resolution.
+  """
+  return ml_collections.ConfigDict({
+      'pp': {'eval': 'resize', 'crop': resolution, 'resize': resolution,
+             'num_channels': 3},
+      'batch_eval': batch,
+      'data_dir': data_dir,
+      'manual_dir': None,
+  })
+
+
+def main(argv: Sequence[str]) -> None:
+  """Prints the few-shot accuracies of a checkpoint."""
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # keep the output to the results
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  try:
+    shots = [int(k) for k in FLAGS.shots]
+  except ValueError:
+    raise ValueError(f'--shots={",".join(FLAGS.shots)}: use integers, e.g. '
+                     '1,5,10,25.') from None
+  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution)
+  mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})
+  config = fewshot_config(loaded.resolution, FLAGS.batch or 8 * mesh.size,
+                          FLAGS.data_dir)
+  options = ml_collections.ConfigDict({
+      'datasets': list(FLAGS.datasets), 'shots': shots, 'seeds': FLAGS.seeds})
+  evaluator = fewshot.FewShot('fewshot', options,
+                              base.Context(config, loaded.model, mesh))
+  for key, value in sorted(evaluator.run(loaded.params).items()):
+    print(f'{key}: {value:.4f}')
+
+
+def run() -> None:
+  """Console entry point of `python -m vit_jax.fewshot`."""
+  common.run_command('vit_jax.fewshot', _define_flags, main,
+                     (ValueError, OSError, RuntimeError))

@@ -1,0 +1,95 @@
+"""The training command: python -m vit_jax.main --config=configs/FILE.py[:ARGS] --workdir=DIR."""
+import logging as std_logging
+import re
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from vit_jax.parallel import distributed
+from vit_jax.train import loop
+from vit_jax.train import preemption
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Experiment config file (configs/FILE.py[:ARGS]).',
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Directory for checkpoints, metrics and params.npz.')
+_DEBUG = flags.DEFINE_bool(
+    'debug', False, 'Show full tracebacks instead of one-line errors.')
+
+
+class _QuietLibraries(std_logging.Filter):
+  """Keeps the libraries' INFO chatter (orbax, TFDS) out of the run log."""
+
+  _NOISY = ('/orbax/', '/tensorflow_datasets/', '/clu/', '/etils/', '/jax/')
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.levelno >= std_logging.WARNING:
+      return True
+    return not any(part in record.pathname for part in self._NOISY)
+
+
+def main(argv) -> None:
+  """Starts the distributed runtime, then trains and evaluates."""
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  if _CONFIG.value is None or not _WORKDIR.value:
+    raise app.UsageError('Both --config and --workdir are required.')
+  distributed.initialize()
+  logging.set_verbosity(logging.INFO)
+  logging.get_absl_handler().addFilter(_QuietLibraries())
+  try:
+    final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except preemption.Preempted as e:
+    logging.warning('%s', e)
+    sys.exit(preemption.PREEMPTED_EXIT_CODE)
+  except (ValueError, FileNotFoundError, loop.NonFiniteError) as e:
+    if _DEBUG.value:
+      raise
+    print(f'vit_jax: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  logging.info('Done: %s', final)
+
+
+def _one_line(text: str) -> str:
+  """Distils a flags/config error (often a nested traceback) into one sentence."""
+  hint = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+  if hint:
+    return (f'unknown config key {hint.group(2)!r}; did you mean '
+            f'{hint.group(1)!r}? (configs are locked: keys must exist)')
+  missing = re.search(r"No such file or directory: '([^']+)'", text)
+  if missing:
+    return f'config file {missing.group(1)!r} does not exist.'
+  errors = re.findall(r'\b[A-Z]\w*Error: (.+)', text)
+  return errors[-1].strip() if errors else text.strip().splitlines()[0]
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """Parses flags; a bad --config/--config.KEY becomes one line, not a traceback."""
+  try:
+    rest = flags.FLAGS(argv)
+    if _CONFIG.value is not None:
+      _ = _CONFIG.value.to_dict  # config_flags reports a bad file only on use
+    return rest
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError,
+          OSError) as e:
+    text = '\n'.join(str(x) for x in _chain(e))
+  print(f'vit_jax: error: {_one_line(text)}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+  """The exception and its causes, outermost first."""
+  out = []
+  while e is not None and e not in out:
+    out.append(e)
+    e = e.__cause__ or e.__context__
+  return out
+
+
+def run() -> None:
+  """Console entry point of `python -m vit_jax.main`."""
+  app.run(main, flags_parser=parse_flags)

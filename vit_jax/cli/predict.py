@@ -1,0 +1,62 @@
+r"""Top-5 predictions of a checkpoint on image files.
+
+  python -m vit_jax.predict --model=ViT-B_16 --checkpoint=ViT-B_16.npz cat.jpg dog.png
+
+The model's resolution is read from the checkpoint (its position embeddings, or the
+Mixer's token-mixing width); --resolution=N runs a ViT at another one by
+interpolating the position embeddings. Images of any size are resized to it
+(bilinear, no crop: the original vit_jax evaluation) and scaled to [-1, 1].
+Class names: --labels=imagenet1k|imagenet21k (shipped in vit_jax/labels/) or
+a dataset name as in config.dataset (cifar10, mnist5k, tfds:NAME, ...); by
+default imagenet1k for 1,000 outputs, imagenet21k for 21,843, else indices.
+"""
+from typing import Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from vit_jax.cli import common
+from vit_jax.inference import labels as labels_lib
+from vit_jax.inference import load
+from vit_jax.inference import predict
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  common.define_checkpoint_flags()
+  flags.DEFINE_string('labels', None, 'imagenet1k | imagenet21k | a dataset name '
+                      '(as in config.dataset); default: by the number of outputs.')
+  flags.DEFINE_integer('resolution', None, 'Input resolution; default: the '
+                       "checkpoint's.")
+  flags.DEFINE_enum('activation', 'auto', ['auto', 'softmax', 'sigmoid'],
+                    'auto: sigmoid for imagenet21k (multi-label heads), else softmax.')
+  flags.DEFINE_integer('top', 5, 'How many classes to print per image.')
+  flags.DEFINE_string('data_dir', None, 'TFDS data dir for --labels=DATASET.')
+
+
+def main(argv: Sequence[str]) -> None:
+  """Prints the top classes of every image named on the command line."""
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # keep the output to the results
+  paths = argv[1:]
+  if not paths:
+    raise app.UsageError('Name at least one image file.')
+  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution)
+  labels = FLAGS.labels or labels_lib.default_labels(loaded.num_classes)
+  names = (labels_lib.load_label_names(labels, FLAGS.data_dir) if labels else
+           [f'class {i}' for i in range(loaded.num_classes)])
+  activation = FLAGS.activation
+  if activation == 'auto':
+    activation = 'sigmoid' if labels == 'imagenet21k' else 'softmax'
+  results = predict.predict_files(loaded, paths, names, activation, FLAGS.top)
+  for path, best in zip(paths, results):
+    print(path)
+    for name, prob in best:
+      print(f'  {prob:7.2%}  {name}')
+
+
+def run() -> None:
+  """Console entry point of `python -m vit_jax.predict`."""
+  common.run_command('vit_jax.predict', _define_flags, main, (ValueError, OSError))

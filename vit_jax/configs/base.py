@@ -1,0 +1,122 @@
+"""The base experiment config: every knob the trainer reads, with its default.
+
+Components are chosen by name: `model_name` (vit_jax.models.MODEL_CONFIGS), `dataset`
+(vit_jax.data.sources), `objective` with its options in `objectives.<name>`
+(vit_jax.train.objectives), `optimizer` with `optimizers.<name>`
+(vit_jax.train.optimizers), and the evaluators of `evals.<name>` by their `type`
+(vit_jax.evaluators). Experiment files in configs/ start from get_base_config().
+"""
+import ml_collections
+
+
+def get_base_config() -> ml_collections.ConfigDict:
+  """Returns the full config schema; experiment configs override fields of it."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  # Model: a preset from vit_jax.models.MODEL_CONFIGS plus overrides of its fields
+  # (num_classes is filled in from the dataset when left at -1).
+  c.model_name = 'ViT-B_16'
+  c.model = ml_collections.ConfigDict({
+      'num_classes': -1,
+      # Compute dtype; parameters and optimizer state stay float32. 'auto' is
+      # bfloat16 on GPU/TPU and float32 on CPU: the benchmark's fast path.
+      'dtype': 'auto',             # 'auto' | 'bfloat16' | 'float32' | 'float16'
+      # 'auto': cuDNN fused attention where it runs (GPU, bf16/fp16), else XLA.
+      'attention': 'auto',         # 'auto' | 'cudnn' | 'xla'
+      'remat': 'none',             # rematerialise blocks: 'none' | 'full' | 'dots'
+      'scan_layers': False,        # lax.scan over the blocks (faster compiles of L/H)
+      'attention_pad_multiple': 8,  # cuDNN attention pads tokens to an even multiple
+      'patch_embedding': 'conv',   # 'conv' | 'matmul' (same parameters)
+      'stochastic_depth': 0.0,
+      'representation_size': -1,   # -1: keep the preset's; 0: none; N: pre-logits of width N
+      'dropout_rate': -1.0,        # -1: keep the preset's
+      'head_bias_init': 0.0,
+  })
+  # Start from a checkpoint in the published .npz layout ('' = from scratch):
+  # pretrained_path, or else pretrained_dir/<model_name>.npz (the original's
+  # semantics, e.g. gs://vit_models/imagenet21k).
+  c.pretrained_path = ''
+  c.pretrained_dir = ''
+
+  # Data.
+  c.dataset = 'cifar10'
+  c.data_dir = ml_collections.config_dict.placeholder(str)    # TFDS data dir
+  c.manual_dir = ml_collections.config_dict.placeholder(str)  # TFDS manual download dir
+  c.train_split = ''   # '' = the dataset's default
+  c.eval_split = ''
+  c.pp = ml_collections.ConfigDict({
+      'train': 'finetune',        # 'pretrain' | 'finetune' | 'finetune_inception'
+      'eval': 'central_crop',     # 'central_crop' | 'resize'
+      'crop': 384,                # training/eval resolution
+      'resize': 448,              # resize before crop (finetune, central_crop)
+      'flip': True,
+      'min_area': 0.05,           # inception crop area range
+      'mixup': 0.0,               # mixup alpha; 0 = off
+      'label_smoothing': 0.0,
+      'multi_hot': False,         # multi-hot targets (sigmoid losses, ImageNet-21k)
+      'num_channels': 3,          # images always reach the model with 3 channels
+      'keep_aspect': False,       # resize the shorter side to pp.resize instead of squashing
+  })
+  c.shuffle_buffer = 50_000
+  c.prefetch = 2                  # batches prefetched to the devices
+  c.cache = False                 # keep this process's training records in memory (small data)
+  # Virtual shards of the training split: the global batch of a step is the same on any
+  # number of processes dividing data_shards (must divide batch). Changing it changes the
+  # data order, so keep it fixed for a run and its resumptions.
+  c.data_shards = 8
+
+  # Batch and schedule (durations in steps).
+  c.batch = 512
+  c.batch_eval = 512
+  c.accum_steps = 1
+  c.total_steps = 10_000
+  c.warmup_steps = 500
+  c.base_lr = 0.03
+  c.end_lr = 0.0
+  c.decay_type = 'cosine'         # 'cosine' | 'linear' | 'constant'
+
+  # Objective: what is learned. 'supervised' = the model's logits against the labels.
+  c.objective = 'supervised'
+  c.objectives = ml_collections.ConfigDict({
+      'supervised': {'loss': 'softmax_xent'},  # 'softmax_xent' | 'sigmoid_xent'
+  })
+
+  # Optimizer: 'sgd' (momentum), 'adam' (AdamW), or any optax optimizer taking a
+  # learning rate ('lion', 'lamb', ...); its keyword arguments are optimizers.<name>.
+  c.optimizer = 'sgd'
+  c.optimizers = ml_collections.ConfigDict({
+      'sgd': {'momentum': 0.9, 'nesterov': False, 'accumulator_dtype': 'float32'},
+      'adam': {'b1': 0.9, 'b2': 0.999, 'eps': 1e-8, 'mu_dtype': 'float32'},
+  })
+  c.weight_decay = 0.0            # decoupled, multiplied by the learning rate; kernels only
+  c.grad_clip_norm = 1.0          # 0 = off
+
+  # Devices: mesh axis sizes (-1 = all remaining devices) and sharding rules.
+  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1})
+  c.sharding = 'replicate'        # 'replicate' | 'fsdp'
+  c.fsdp_min_size = 2**16         # under 'fsdp', arrays with fewer elements stay replicated
+
+  # Logging and checkpoints (in steps; 0 = never, except at the end).
+  c.log_every = 50
+  c.checkpoint_every = 1000
+  c.keep_checkpoints = 3
+  # Evaluators by name (vit_jax.evaluators): `type` (default: the name) and `every`
+  # (> 0: every that many steps and at the end; 0: at the end only; < 0: never).
+  c.evals = ml_collections.ConfigDict({
+      # accuracy_test / loss_test / examples_test on `split` ('' = config.eval_split).
+      'test': {'type': 'classification', 'every': 1000, 'split': ''},
+      # fewshot/<dataset>_<k>shot: linear probes on frozen features.
+      'fewshot': {'type': 'fewshot', 'every': -1,
+                  'datasets': ('mnist5k',),  # tuples can be overridden from the CLI
+                  'shots': (1, 5, 10, 25),
+                  'resolution': 0,           # 0 = the training crop
+                  'seeds': 3},
+      # Attention rollout and posemb similarity of `count` eval images, to TensorBoard.
+      'images': {'type': 'images', 'every': -1, 'count': 4},
+  })
+  # MFU denominator per device in TFLOP/s; 0 = the benchmark's --peak=auto rule
+  # (vit_jax.parallel.peaks.resolve_peak): a matmul measured at start on GPU/CPU, the
+  # datasheet on TPU. So the trainer's mfu compares with the benchmark's.
+  c.peak_tflops = 0.0
+  return c

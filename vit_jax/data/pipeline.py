@@ -1,0 +1,379 @@
+"""tf.data pipelines that feed global jax.Arrays: the training stream and evaluation passes.
+
+Training stream: exact, topology-invariant resumption.
+  The training split is cut into V = config.data_shards contiguous virtual shards. Each shard
+  has its own endless stream of examples whose order is a pure function of (seed, shard,
+  epoch) (vit_jax/data/plan.py), and every example's augmentation is seeded by (seed, shard,
+  stream position). The global batch of step k holds, for v = 0..V-1 in order, the batch/V
+  examples at stream positions [k*batch/V, (k+1)*batch/V) of shard v. A process builds only
+  the shards of the batch rows its devices hold (process p of P: shards [p*V/P, (p+1)*V/P)),
+  so the global batch of step k is the same array for every process count dividing V, and a
+  run resumed at step k (start_step=k) starts every shard at position k*batch/V: it reads one
+  in-memory shuffle segment per shard and decodes nothing it skips.
+
+Evaluation: every example exactly once.
+  The eval split is cut into one contiguous chunk per data-parallel device; each chunk is
+  padded to the same number of batches with `mask` 0 rows (label all zero), so metrics
+  summed over mask count each example once, with no example dropped.
+
+Memory: a process holds up to two shuffle segments per virtual shard it reads, i.e. about
+2 * config.shuffle_buffer / process_count encoded records (ImageNet, 50k buffer, one host:
+~11 GB).
+
+Hosts send uint8 images; the map to float32 in [-1, 1] and mixup run on the devices
+(`finalize`). TensorFlow never sees an accelerator: GPUs are hidden from it before any
+pipeline is built.
+"""
+import collections
+import functools
+from typing import Iterator, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vit_jax.data import plan
+from vit_jax.data import preprocess
+from vit_jax.data import reader
+from vit_jax.data import sources
+from vit_jax.parallel import sharding as sharding_lib
+
+
+def _hide_accelerators() -> None:
+  """Hides GPUs/TPUs from TensorFlow, so it never takes accelerator memory from JAX."""
+  for kind in ('GPU', 'TPU'):
+    try:
+      tf.config.set_visible_devices([], kind)
+    except (RuntimeError, ValueError):
+      pass  # Devices already initialised (TF used earlier) or the kind does not exist.
+
+
+def local_row_runs(sharding: jax.sharding.Sharding, batch: int) -> list[tuple[int, int]]:
+  """Returns the [start, end) runs of batch rows held by this process's devices, ascending."""
+  slices = sorted({(s[0].start or 0, batch if s[0].stop is None else s[0].stop)
+                   for s in sharding.addressable_devices_indices_map((batch,)).values()})
+  runs = []
+  for a, b in slices:
+    if runs and a <= runs[-1][1]:
+      runs[-1] = (runs[-1][0], max(b, runs[-1][1]))
+    else:
+      runs.append((a, b))
+  return runs
+
+
+def _check_divisible(name: str, batch: int, mesh: jax.sharding.Mesh) -> None:
+  n = mesh.size
+  if batch % jax.process_count():
+    raise ValueError(f'config.{name}={batch} is not divisible by the number of processes '
+                     f'({jax.process_count()})')
+  if batch % n:
+    raise ValueError(f'config.{name}={batch} is not divisible by the {n} devices of the mesh')
+
+
+def _groups_of_rows(runs: list[tuple[int, int]], group: int, what: str) -> list[int]:
+  """Returns the ids of the `group`-row blocks covering the runs; they must align."""
+  ids = []
+  for a, b in runs:
+    if a % group or b % group:
+      raise ValueError(
+          f'This process holds batch rows [{a}, {b}), which do not split into whole {what} '
+          f'of {group} rows: choose a config.data_shards that is a multiple of the number '
+          f'of processes ({jax.process_count()}) and divides config.batch')
+    ids.extend(range(a // group, b // group))
+  return ids
+
+
+def _source(config):
+  """Returns (spec, prepared builder, info) of config.dataset."""
+  spec = sources.resolve(config.dataset)
+  builder = sources.prepare(spec, config.get('data_dir'), config.get('manual_dir'))
+  return spec, builder, sources.info_from_builder(config, spec, builder)
+
+
+def _parser(builder, spec):
+  """Returns record -> (encoded image bytes, int64 label) for a TFDS builder."""
+  _hide_accelerators()
+  features = builder.info.features
+  if spec.image_key not in features:
+    raise ValueError(f'{builder.name} has no feature {spec.image_key!r}; it has '
+                     f'{", ".join(features.keys())}')
+  if not spec.label_fn and spec.label_key not in features:
+    raise ValueError(f'{builder.name} has no label feature {spec.label_key!r}; it has '
+                     f'{", ".join(features.keys())}')
+  # Images stay encoded here: training decodes only the crop window later.
+  decoders = {k: tfds.decode.SkipDecoding() for k, f in features.items()
+              if isinstance(f, tfds.features.Image)}
+  label_fn = (preprocess.LABEL_FNS[spec.label_fn] if spec.label_fn
+              else lambda ex: ex[spec.label_key])
+
+  def parse(record):
+    ex = features.deserialize_example(record, decoders=decoders)
+    return ex[spec.image_key], tf.cast(label_fn(ex), tf.int64)
+  return parse
+
+
+def _ceil_div(a: int, b: int) -> int:
+  return -(-a // b)
+
+
+def _options():
+  options = tf.data.Options()
+  options.deterministic = True
+  options.experimental_optimization.map_parallelization = True
+  return options
+
+
+def check_train_config(config, info) -> None:
+  """One-line errors for training preprocessing and sharding settings that cannot work."""
+  pp = config.pp
+  if pp.train not in preprocess.TRAIN_RECIPES:
+    raise ValueError(f'config.pp.train={pp.train!r}; use one of '
+                     f'{", ".join(preprocess.TRAIN_RECIPES)}')
+  if pp.train == 'finetune' and pp.resize < pp.crop:
+    raise ValueError(f'config.pp.resize={pp.resize} is smaller than config.pp.crop='
+                     f'{pp.crop}: the finetune recipe crops pp.crop out of pp.resize')
+  if not 0 < pp.min_area <= 1:
+    raise ValueError(f'config.pp.min_area={pp.min_area} must be in (0, 1]')
+  if pp.num_channels not in (1, 3):
+    raise ValueError(f'config.pp.num_channels={pp.num_channels} must be 1 or 3')
+  shards = config.data_shards
+  if shards < 1 or config.batch % shards:
+    raise ValueError(f'config.batch={config.batch} is not divisible by '
+                     f'config.data_shards={shards}')
+  if info.num_train < shards:
+    raise ValueError(f'{info.name} split {info.train_split!r} has {info.num_train} examples, '
+                     f'fewer than config.data_shards={shards}: lower data_shards')
+
+
+def check_eval_config(config) -> None:
+  """One-line errors for evaluation preprocessing settings that cannot work."""
+  pp = config.pp
+  if pp.eval not in preprocess.EVAL_RECIPES:
+    raise ValueError(f'config.pp.eval={pp.eval!r}; use one of '
+                     f'{", ".join(preprocess.EVAL_RECIPES)}')
+  if pp.eval == 'central_crop' and pp.resize < pp.crop:
+    raise ValueError(f'config.pp.resize={pp.resize} is smaller than config.pp.crop='
+                     f'{pp.crop}: central_crop takes pp.crop out of pp.resize')
+
+
+def train_dataset(config, shards: list[int], start_step: int = 0):
+  """The per-process tf.data training pipeline for the given virtual shards (ascending).
+
+  Yields batches of len(shards) * batch/data_shards rows: {'image': uint8, 'label', 'index'
+  (each example's position in the training split), 'ratio' (mixup weights, with pp.mixup)}.
+  finalize() turns them into model inputs. Exposed so tests and tools can build any
+  process's part of the global batch without a multi-process run.
+  """
+  _hide_accelerators()
+  spec, builder, info = _source(config)
+  check_train_config(config, info)
+  files = reader.split_files(builder, info.train_split)
+  num_shards = config.data_shards
+  rows = config.batch // num_shards
+  bounds = plan.shard_bounds(files.num_examples, num_shards)
+  shuffle = config.shuffle_buffer > 1
+  segment = max(1, _ceil_div(config.shuffle_buffer, num_shards)) if shuffle else 1024
+  streams = []
+  for v in shards:
+    s = reader.shard_stream(files, bounds[v], segment, config.seed, v,
+                            start=start_step * rows, shuffle=shuffle, cache=config.cache)
+    streams.append(s.map(lambda el, v=v: dict(el, shard=tf.constant(v, tf.int64))))
+  # Round robin in blocks of `rows`: each batch is shard after shard, in ascending order.
+  selector = tf.data.Dataset.from_tensor_slices(
+      np.repeat(np.arange(len(shards), dtype=np.int64), rows)).repeat()
+  ds = tf.data.Dataset.choose_from_datasets(streams, selector)
+
+  parse = _parser(builder, spec)
+  pp = config.pp
+  base_seed = tf.constant([config.seed, 0], tf.int64)
+  fold_in = tf.random.experimental.stateless_fold_in
+
+  def example(el):
+    image_bytes, label = parse(el['record'])
+    seed = fold_in(fold_in(base_seed, 2 * el['shard']), el['position'])
+    out = {'image': preprocess.train_image(image_bytes, seed, pp, spec.image_scale),
+           'label': preprocess.targets(label, info.num_classes, pp.multi_hot,
+                                       pp.label_smoothing),
+           'index': el['index']}
+    if pp.mixup > 0:
+      # One weight per shard and step: every row of a shard's block gets the same one.
+      step_seed = fold_in(fold_in(base_seed, 2 * el['shard'] + 1), el['position'] // rows)
+      out['ratio'] = preprocess.mixup_ratio(step_seed, pp.mixup)
+    return out
+
+  ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.batch(rows * len(shards), drop_remainder=True)
+  return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int):
+  """The per-process tf.data pass over an eval split for the given slots (ascending).
+
+  `split` defaults to the dataset's evaluation split (config.eval_split). The split is cut
+  into num_slots contiguous chunks; each batch holds batch_eval/num_slots
+  rows of every listed slot. Returns (dataset, number of batches); batches are {'image':
+  uint8, 'label', 'mask', 'index'}; padding rows have mask, label and image 0 and index -1.
+  """
+  _hide_accelerators()
+  spec, builder, info = _source(config)
+  split = split or info.eval_split
+  pp = config.pp
+  check_eval_config(config)
+  if not split:
+    raise ValueError(f'{info.name} has no evaluation split: set config.eval_split '
+                     '(an image folder needs ROOT/test/CLASS/*.jpg)')
+  if config.batch_eval % num_slots:
+    raise ValueError(f'config.batch_eval={config.batch_eval} is not divisible by the '
+                     f'{num_slots} data-parallel devices')
+  files = reader.split_files(builder, split)
+  n = files.num_examples
+  if n == 0:
+    raise ValueError(f'{info.name} split {split!r} is empty')
+  rows = config.batch_eval // num_slots
+  num_batches = _ceil_div(_ceil_div(n, num_slots), rows)
+  # Padding rows decode a real record (kept in memory), then are masked to zero.
+  filler = reader.read_range(files, 0, 1).cache()
+  streams = []
+  for s in slots:
+    lo, hi = s * n // num_slots, (s + 1) * n // num_slots
+    real = tf.data.Dataset.zip(reader.read_range(files, lo, hi),
+                               tf.data.Dataset.range(lo, hi))
+    pad = tf.data.Dataset.zip(filler.repeat(num_batches * rows - (hi - lo)),
+                              tf.data.Dataset.range(-1, 0).repeat())
+    streams.append(real.concatenate(pad))
+  selector = tf.data.Dataset.from_tensor_slices(
+      np.repeat(np.arange(len(slots), dtype=np.int64), rows)).repeat(num_batches)
+  ds = tf.data.Dataset.choose_from_datasets(streams, selector)
+
+  parse = _parser(builder, spec)
+
+  def example(record, index):
+    image_bytes, label = parse(record)
+    mask = tf.cast(index >= 0, tf.float32)
+    image = preprocess.decode(image_bytes, pp.num_channels)
+    if spec.image_scale != 1:
+      image = image * tf.constant(spec.image_scale, tf.uint8)
+    return {'image': preprocess.eval_uint8(image, pp) * tf.cast(mask, tf.uint8),
+            'label': preprocess.targets(label, info.num_classes, pp.multi_hot) * mask,
+            'mask': mask, 'index': index}
+
+  ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.batch(rows * len(slots), drop_remainder=True)
+  return ds.prefetch(tf.data.AUTOTUNE).with_options(_options()), num_batches
+
+
+def value_range(image):
+  """Maps uint8 pixels 0..255 to float32 -1..1 (numpy or jax arrays)."""
+  # The clip absorbs XLA's multiply-by-reciprocal rounding (255 / 127.5 - 1 = 1 + 1 ulp).
+  return (image.astype(np.float32) / 127.5 - 1.0).clip(-1.0, 1.0)
+
+
+def finalize(batch: dict, group: int) -> dict:
+  """Turns a pipeline batch into model inputs: float32 images in [-1, 1], mixup applied.
+
+  Mixup pairs each row with its neighbour inside consecutive blocks of `group` rows (one
+  virtual shard's rows), so it does not depend on how rows are spread over processes.
+  Runs on the devices, under jit, on global arrays.
+  """
+  out = {k: v for k, v in batch.items() if k not in ('ratio', 'index')}
+  out['image'] = value_range(batch['image'])
+  if 'ratio' in batch:
+    ratio = batch['ratio']
+
+    def mix(x):
+      blocks = x.reshape((-1, group) + x.shape[1:])
+      partner = jnp.roll(blocks, 1, axis=1).reshape(x.shape)
+      lam = ratio.reshape((-1,) + (1,) * (x.ndim - 1))
+      return lam * x + (1.0 - lam) * partner
+    out['image'], out['label'] = mix(out['image']), mix(out['label'])
+  return out
+
+
+def _finalizer(sharding: jax.sharding.NamedSharding, group: int):
+  """Returns finalize() jitted for global batches with this sharding."""
+  return jax.jit(functools.partial(finalize, group=group), out_shardings=sharding)
+
+
+def _global_batches(local_batches, to_inputs, sharding, global_batch: int,
+                    prefetch: int) -> Iterator[dict]:
+  """Turns per-process numpy batches into finalized global jax.Arrays, `prefetch` ahead."""
+  queue = collections.deque()
+  for batch in local_batches:
+    arrays = {k: jax.make_array_from_process_local_data(
+        sharding, v, (global_batch,) + v.shape[1:]) for k, v in batch.items()
+              if k != 'index'}
+    # Transfers and the jitted conversion are asynchronous: queued batches are on their
+    # way to the devices while the training step runs.
+    queue.append(to_inputs(arrays))
+    if len(queue) > prefetch:
+      yield queue.popleft()
+  while queue:
+    yield queue.popleft()
+
+
+def make_train_iterator(config, mesh: jax.sharding.Mesh, start_step: int = 0) -> Iterator[dict]:
+  """Yields the global training batches of steps start_step, start_step+1, ..., forever.
+
+  {'image': float32 [batch, crop, crop, 3] in [-1, 1], 'label': float32 [batch, classes]},
+  batch dim sharded over the mesh's data axes; identical for any process count.
+  """
+  _check_divisible('batch', config.batch, mesh)
+  num_shards = config.data_shards
+  sharding = sharding_lib.batch_sharding(mesh)
+  shards = _groups_of_rows(local_row_runs(sharding, config.batch),
+                           config.batch // num_shards, 'data shards')
+  ds = train_dataset(config, shards, start_step)
+  to_inputs = _finalizer(sharding, config.batch // num_shards)
+  return _global_batches(ds.as_numpy_iterator(), to_inputs, sharding, config.batch,
+                         max(1, config.prefetch))
+
+
+class EvalIterable:
+  """Each iter() is one complete pass over the eval split as global, masked batches."""
+
+  def __init__(self, dataset, num_batches: int, sharding, batch: int, prefetch: int):
+    self._dataset = dataset
+    self._num_batches = num_batches
+    self._sharding = sharding
+    self._batch = batch
+    self._prefetch = prefetch
+    self._to_inputs = _finalizer(sharding, batch)  # Compiled once, used by every pass.
+
+  def __len__(self) -> int:
+    return self._num_batches
+
+  def __iter__(self) -> Iterator[dict]:
+    return _global_batches(self._dataset.as_numpy_iterator(), self._to_inputs,
+                           self._sharding, self._batch, self._prefetch)
+
+
+def make_eval_iterator(config, mesh: jax.sharding.Mesh,
+                       split: Optional[str] = None) -> EvalIterable:
+  """An eval split (default: config.eval_split) as global batches of 'image', 'label', 'mask'."""
+  _check_divisible('batch_eval', config.batch_eval, mesh)
+  sharding = sharding_lib.batch_sharding(mesh)
+  num_slots = mesh.size
+  slots = _groups_of_rows(local_row_runs(sharding, config.batch_eval),
+                          config.batch_eval // num_slots, 'device blocks')
+  ds, num_batches = eval_dataset(config, split, slots, num_slots)
+  return EvalIterable(ds, num_batches, sharding, config.batch_eval, max(1, config.prefetch))
+
+
+def preprocess_for_eval_numpy(image: np.ndarray, config) -> np.ndarray:
+  """Applies the eval preprocessing to one uint8 image [H, W] or [H, W, C]: float32 [-1, 1]."""
+  _hide_accelerators()
+  image = np.asarray(image)
+  if image.dtype != np.uint8:
+    raise ValueError(f'Expected a uint8 image, got dtype {image.dtype}')
+  if image.ndim == 2:
+    image = image[..., None]
+  if image.ndim != 3 or image.shape[-1] not in (1, 3, 4):
+    raise ValueError(f'Expected an image [H, W] or [H, W, 1|3|4], got shape {image.shape}')
+  image = image[..., :3]
+  channels = config.pp.num_channels
+  if image.shape[-1] != channels:
+    image = (np.repeat(image, 3, axis=-1) if channels == 3
+             else tf.image.rgb_to_grayscale(image).numpy())
+  return value_range(preprocess.eval_uint8(tf.constant(image), config.pp).numpy())

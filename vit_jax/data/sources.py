@@ -1,0 +1,189 @@
+"""Datasets by name as TFDS builders: resolve a name, prepare the data, read its info.
+
+`config.dataset` names one of:
+  cifar10, cifar100, imagenet2012, imagenet21k, oxford_iiit_pet, oxford_flowers102, tf_flowers,
+  mnist5k, digits                   embedded real digits, no download (vit_jax.data.builders)
+  synthetic[/<config>]              generated images (vit_jax.data.builders.synthetic)
+  vtab/<task>                       a VTAB-1k task: trains on its train800val200 split
+  folder:<ROOT>                     your images in ROOT/{train,test}/<CLASS>/*.{jpg,jpeg,png}
+                                    (evaluates on test/, else validation/ or val/)
+  tfds:<name>[:<version>]           any other TFDS image classification dataset with
+                                    'image' and 'label' features (splits default to train/test)
+The named ones are the table of vit_jax.data.catalog.
+
+Manual downloads: imagenet2012 needs ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar in
+`config.manual_dir` (default <data_dir>/downloads/manual); imagenet21k needs its synsets
+extracted as <manual_dir>/imagenet21k/<wnid>/*.JPEG (see vit_jax/data/builders/image_folder.py).
+
+Sizes, class counts and label names come from the prepared TFDS dataset when it is there;
+before preparation the catalog's known values answer for the default splits, so the info of
+e.g. cifar10 is known without a download. Embedded datasets and folders are always prepared
+on first use (seconds), since that needs no network.
+"""
+import contextlib
+import fcntl
+import os
+
+import tensorflow_datasets as tfds
+
+from vit_jax import fileio
+from vit_jax.data import builders
+from vit_jax.data.catalog import DATASETS
+from vit_jax.data.catalog import DatasetInfo
+from vit_jax.data.catalog import DatasetSpec
+from vit_jax.data.catalog import known_names
+
+
+def resolve(name: str) -> DatasetSpec:
+  """Returns the DatasetSpec of a dataset name; unknown names raise a ValueError."""
+  if name in DATASETS:
+    return DATASETS[name]
+  if name == 'synthetic' or name.startswith('synthetic/'):
+    cfg = builders.synthetic.config_from_name(name.partition('/')[2] or 'small')
+    return DatasetSpec('synthetic', 'train', 'test', cfg.num_classes, cfg.num_train,
+                       cfg.num_test, builder_config=cfg, local=True)
+  if name.startswith('folder:'):
+    cfg = builders.image_folder.config_for_root(name[len('folder:'):])
+    eval_split = next((s for s in ('test', 'validation', 'val') if s in cfg.files), '')
+    return DatasetSpec('image_folder', 'train', eval_split, len(cfg.class_names),
+                       label_names=cfg.class_names, builder_config=cfg, local=True)
+  if name.startswith('tfds:'):
+    return DatasetSpec(name[len('tfds:'):], 'train', 'test', -1)
+  raise ValueError(f'Unknown dataset {name!r}; known: {", ".join(known_names())}')
+
+
+def make_builder(spec: DatasetSpec, data_dir: str | None):
+  """Returns the TFDS builder of a spec (not prepared)."""
+  kwargs = {'data_dir': data_dir}
+  if spec.builder_config is not None:
+    kwargs['config'] = spec.builder_config
+  try:
+    return tfds.builder(spec.tfds_name, **kwargs)
+  except tfds.core.registered.DatasetNotFoundError as e:
+    raise ValueError(f'TFDS has no dataset {spec.tfds_name!r} '
+                     f'(known here: {", ".join(known_names())})') from e
+
+
+def is_prepared(builder) -> bool:
+  """Whether the builder's TFRecords and dataset_info.json exist in its data dir."""
+  return bool(builder.info.splits) and builder.data_path.exists()
+
+
+@contextlib.contextmanager
+def _lock(data_dir_root: str, name: str):
+  """Serialises preparation among processes sharing a local data dir."""
+  if fileio.is_remote(data_dir_root):
+    yield  # Remote file systems have no flock; prepare such data dirs ahead of time.
+    return
+  os.makedirs(data_dir_root, exist_ok=True)
+  path = os.path.join(data_dir_root, f'.{name.replace("/", "_")}.lock')
+  with open(path, 'w') as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _check_manual_files(spec: DatasetSpec, manual_dir: str) -> None:
+  missing = [f for f in spec.manual_files if not os.path.exists(os.path.join(manual_dir, f))]
+  if missing:
+    raise FileNotFoundError(
+        f'{spec.tfds_name} needs manually downloaded {", ".join(missing)} in {manual_dir}; '
+        'download them there (or set config.manual_dir to where they are)')
+
+
+def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = None):
+  """Prepares the dataset into data_dir if it is not there yet; returns a fresh builder."""
+  builder = make_builder(spec, data_dir)
+  if is_prepared(builder):
+    return builder
+  root = str(builder.data_dir_root)
+  manual_dir = manual_dir or os.path.join(root, 'downloads', 'manual')
+  _check_manual_files(spec, manual_dir)
+  with _lock(root, f'{builder.name}_{builder.builder_config.name if builder.builder_config else ""}'):
+    builder = make_builder(spec, data_dir)  # Another process may have prepared it meanwhile.
+    if not is_prepared(builder):
+      try:
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+      except Exception as e:  # pylint: disable=broad-except
+        # TFDS surfaces download, checksum and manual-dir problems as many error types;
+        # each becomes one line naming the dataset and the data dir.
+        if isinstance(e, FileNotFoundError) and spec.local:
+          raise
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RuntimeError(
+            f'Could not prepare {spec.tfds_name} into {root}: {first_line}. '
+            f'Prepare it where the network reaches its source (tfds build '
+            f'{spec.tfds_name} --data_dir={root}) or point config.data_dir at a prepared '
+            'copy') from e
+  return make_builder(spec, data_dir)
+
+
+def split_size(builder, split: str) -> int:
+  """Returns the number of examples of a split expression such as 'train[:800]+test'."""
+  try:
+    return builder.info.splits[split].num_examples
+  except (KeyError, ValueError, AssertionError) as e:
+    raise ValueError(
+        f'Bad split {split!r} for {builder.name}: {e}; available splits: '
+        f'{", ".join(builder.info.splits.keys())}') from None
+
+
+def _label_names(builder, spec: DatasetSpec, num_classes: int) -> list[str]:
+  if spec.label_names:
+    return list(spec.label_names)
+  features = builder.info.features
+  if not spec.label_fn and spec.label_key in features and hasattr(
+      features[spec.label_key], 'names'):
+    names = list(features[spec.label_key].names or [])
+    if len(names) == num_classes:
+      return names
+  return [str(i) for i in range(num_classes)]
+
+
+def _num_classes(builder, spec: DatasetSpec) -> int:
+  if spec.num_classes > 0 and (spec.label_fn or not is_prepared(builder)):
+    return spec.num_classes
+  features = builder.info.features
+  num = getattr(features[spec.label_key] if spec.label_key in features else None,
+                'num_classes', None)
+  if num:
+    return int(num)
+  if spec.num_classes > 0:
+    return spec.num_classes
+  raise ValueError(f'{spec.tfds_name}: feature {spec.label_key!r} is not a class label; '
+                   'vit_jax trains on image classification datasets')
+
+
+def get_dataset_info(config) -> DatasetInfo:
+  """Returns sizes, class count, label names and resolved splits of config.dataset."""
+  spec = resolve(config.dataset)
+  data_dir = config.get('data_dir')
+  builder = make_builder(spec, data_dir)
+  known = (not config.train_split or config.train_split == spec.train_split) and (
+      not config.eval_split or config.eval_split == spec.eval_split) and (
+          spec.num_train is not None and spec.num_eval is not None)
+  if spec.local or (not is_prepared(builder) and not known):
+    builder = prepare(spec, data_dir, config.get('manual_dir'))
+  return info_from_builder(config, spec, builder)
+
+
+def info_from_builder(config, spec: DatasetSpec, builder) -> DatasetInfo:
+  """Returns the DatasetInfo of config's splits, from a builder (prepared or not)."""
+  train_split = config.train_split or spec.train_split
+  eval_split = config.eval_split or spec.eval_split
+  if is_prepared(builder):
+    num_train = split_size(builder, train_split)
+    num_eval = split_size(builder, eval_split) if eval_split else 0
+  else:
+    num_train, num_eval = spec.num_train, spec.num_eval
+  num_classes = _num_classes(builder, spec)
+  skipped = 0
+  if is_prepared(builder) and builder.info.metadata:
+    skipped = len(builder.info.metadata.get('skipped_files', []))
+  return DatasetInfo(
+      name=config.dataset, num_classes=num_classes, train_split=train_split,
+      eval_split=eval_split, num_train=num_train, num_eval=num_eval,
+      label_names=_label_names(builder, spec, num_classes), skipped_files=skipped)

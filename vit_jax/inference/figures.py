@@ -1,0 +1,338 @@
+r"""The ViT paper's pictures of what a model learned, as PNG files or image arrays.
+
+`write_figures` (the `python -m vit_jax.visualize` command) writes into a directory:
+  attention_rollout_<i>.png  Fig. 6: each image (at least 224 px), the image weighted by
+                             the attention rollout (Abnar & Zuidema, 2020) from the
+                             output token to the patches, and the rollout as a heat map;
+                             one file per image.
+  posemb_similarity.png      Fig. 7 centre: for every patch position (tile), the cosine
+                             similarity of its position embedding to all others
+                             (viridis, -1..1).
+  embedding_filters.png      Fig. 7 left: the first 28 principal components of the
+                             RGB patch-embedding filters.
+  attention_distance.png     Fig. 7 right: mean attention distance in pixels of every
+                             head against depth (needs matplotlib: vit_jax[viz]).
+Figures that need images (rollout, distance) are written only when images are
+given; MLP-Mixers have only the filters; hybrids have no RGB filters.
+`summary_images` gives the first two as uint8 arrays for TensorBoard.
+"""
+from collections.abc import Mapping, Sequence
+import io
+import os
+from typing import Any
+
+from flax import traverse_util
+import flax.linen as nn
+import jax
+import numpy as np
+from PIL import Image
+
+from vit_jax import fileio
+from vit_jax import models
+from vit_jax.inference import images as images_lib
+from vit_jax.inference import load
+from vit_jax.models import families
+from vit_jax.parallel import sharding
+
+# viridis at 0, 1/4, 1/2, 3/4 and 1 (matplotlib's perceptually uniform colormap).
+_VIRIDIS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98],
+                     [253, 231, 37]], np.float64)
+_GAP = 2            # white pixels between tiles of a grid picture
+_MIN_SIDE = 128     # summary images are upscaled to at least this many pixels
+_DISPLAY_SIZE = 224  # side of the input drawn under the rollout in written figures
+
+
+# ----------------------------------------------------------------------------
+# Array helpers.
+
+
+def to_uint8(images: np.ndarray) -> np.ndarray:
+  """Float images in [-1, 1] -> uint8 in [0, 255]."""
+  return np.clip(np.round((np.asarray(images) + 1.0) * 127.5), 0, 255).astype(np.uint8)
+
+
+def colormap(values: np.ndarray, low: float = -1.0, high: float = 1.0) -> np.ndarray:
+  """Maps values in [low, high] to viridis uint8 RGB (..., 3)."""
+  t = np.clip((np.asarray(values, np.float64) - low) / (high - low), 0.0, 1.0)
+  pos = t * (len(_VIRIDIS) - 1)
+  i = np.minimum(pos.astype(int), len(_VIRIDIS) - 2)
+  frac = (pos - i)[..., None]
+  rgb = _VIRIDIS[i] * (1.0 - frac) + _VIRIDIS[i + 1] * frac
+  return np.round(rgb).astype(np.uint8)
+
+
+def tile_grid(tiles: np.ndarray, cols: int, gap: int = _GAP) -> np.ndarray:
+  """Lays uint8 tiles [N, h, w, 3] out row by row, `cols` per row, on white."""
+  n, h, w, _ = tiles.shape
+  rows = -(-n // cols)
+  out = np.full((rows * h + (rows - 1) * gap, cols * w + (cols - 1) * gap, 3),
+                255, np.uint8)
+  for k, tile in enumerate(tiles):
+    r, c = divmod(k, cols)
+    out[r * (h + gap):r * (h + gap) + h, c * (w + gap):c * (w + gap) + w] = tile
+  return out
+
+
+def upscale(images: np.ndarray, factor: int) -> np.ndarray:
+  """Nearest-neighbour upscaling of [..., h, w, C] by an integer factor."""
+  if factor == 1:
+    return images
+  return np.repeat(np.repeat(images, factor, axis=-3), factor, axis=-2)
+
+
+# ----------------------------------------------------------------------------
+# What the model says: attention weights and parameters.
+
+
+def has_attention(model: nn.Module) -> bool:
+  """Whether the model's family records softmax attention weights."""
+  return models.family_of(model).attention_fields is not None
+
+
+def _has_token(model: nn.Module) -> bool:
+  return models.family_of(model).class_token(model)
+
+
+def attention_weights(model: nn.Module, params: Mapping[str, Any],
+                      images: np.ndarray) -> np.ndarray:
+  """Softmax attention of every block, float32 [layers, N, heads, tokens, tokens]."""
+  family = models.family_of(model)
+  if family.attention_fields is None:
+    raise ValueError(f'{type(model).__name__} has no attention; attention pictures '
+                     'need a model with attention (ViT or hybrid).')
+  # The same model computing attention in XLA, block by block, so weights are recorded.
+  plain = model.clone(**family.attention_fields)
+
+  @jax.jit
+  def run(params, images):
+    _, state = plain.apply({'params': params}, images, train=False,
+                           mutable=['intermediates'])
+    # Sown in call order, i.e. by depth.
+    return [v[0] for k, v in traverse_util.flatten_dict(state['intermediates']).items()
+            if k[-1] == 'attention_weights']
+
+  weights = run(params, np.asarray(images, np.float32))
+  return np.stack([np.asarray(sharding.to_host(w)) for w in weights]).astype(np.float32)
+
+
+def patch_grid(model: nn.Module, params: Mapping[str, Any]) -> tuple[int, int]:
+  """(rows, cols) of the patch grid the parameters were trained on."""
+  tokens = models.family_of(model).patch_tokens(model, params)
+  return families.square_grid(tokens, 'The position embeddings')
+
+
+def posemb(model: nn.Module, params: Mapping[str, Any]) -> Any:
+  """The learned position embeddings [1, tokens, D], or None if the family has none."""
+  path = models.family_of(model).posemb_path
+  return None if path is None else families.get_path(params, path)
+
+
+# ----------------------------------------------------------------------------
+# Fig. 6: attention rollout.
+
+
+def attention_rollout(weights: np.ndarray, has_token: bool,
+                      grid: tuple[int, int]) -> np.ndarray:
+  """Rollout maps float32 [N, rows, cols] in [0, 1] from [layers, N, heads, T, T] weights.
+
+  Heads are averaged, the residual connection is added as identity, rows are
+  renormalised and the layers multiplied (Abnar & Zuidema, 2020). The map is the
+  class token's row, or the mean row of all tokens for pooled models.
+  """
+  att = weights.mean(axis=2)
+  att = att + np.eye(att.shape[-1], dtype=att.dtype)
+  att = att / att.sum(axis=-1, keepdims=True)
+  joint = att[0]
+  for layer in att[1:]:
+    joint = layer @ joint
+  ntok = int(has_token)
+  rows = joint[:, 0, ntok:] if has_token else joint[:, :, :].mean(axis=1)
+  maps = rows.reshape(len(rows), *grid)
+  maps = maps / np.maximum(maps.max(axis=(1, 2), keepdims=True), 1e-12)
+  return maps.astype(np.float32)
+
+
+def rollout_pictures(images: np.ndarray, maps: np.ndarray) -> np.ndarray:
+  """uint8 [N, H, 3W, 3]: input | input weighted by the upsampled map | the map (viridis).
+
+  The middle panel is the paper's Fig. 6; the heat map also reads on dark images.
+  """
+  pictures = []
+  for image, heat in zip(to_uint8(images), maps):
+    h, w = image.shape[:2]
+    mask = Image.fromarray(heat.astype(np.float32)).resize(
+        (w, h), Image.BILINEAR)
+    mask = np.clip(np.asarray(mask), 0.0, 1.0)
+    masked = np.round(image * mask[..., None]).astype(np.uint8)
+    pictures.append(np.concatenate([image, masked, colormap(mask, 0.0, 1.0)],
+                                   axis=1))
+  return np.stack(pictures)
+
+
+# ----------------------------------------------------------------------------
+# Fig. 7: position embeddings, embedding filters, attention distance.
+
+
+def posemb_similarity(posemb: np.ndarray, has_token: bool,
+                      grid: tuple[int, int]) -> np.ndarray:
+  """Cosine similarities [rows, cols, rows, cols] between patch position embeddings."""
+  emb = np.asarray(posemb, np.float64)[0, int(has_token):]
+  emb = emb / np.maximum(np.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
+  return (emb @ emb.T).reshape(*grid, *grid).astype(np.float32)
+
+
+def render_posemb_similarity(sim: np.ndarray) -> np.ndarray:
+  """uint8 [H, W, 3]: one tile per patch position, laid out on the patch grid."""
+  rows, cols = sim.shape[:2]
+  cell = max(1, 32 // max(rows, cols))
+  tiles = upscale(colormap(sim.reshape(rows * cols, rows, cols)), cell)
+  return tile_grid(tiles, cols)
+
+
+def embedding_kernel(model: nn.Module, params: Mapping[str, Any]) -> np.ndarray:
+  """The patch-embedding kernel [ph, pw, 3, D] on RGB pixels."""
+  kernel = models.family_of(model).rgb_filters(model, params)
+  if kernel is None:
+    raise ValueError('Hybrid models embed ResNet features, not RGB pixels; their '
+                     'filters cannot be shown as pictures.')
+  return np.asarray(kernel, np.float32)
+
+
+def filter_components(kernel: np.ndarray, count: int = 28) -> np.ndarray:
+  """The first `count` principal components [count, ph, pw, C] of the D filters."""
+  ph, pw, c, d = kernel.shape
+  filters = kernel.reshape(ph * pw * c, d).T.astype(np.float64)
+  filters = filters - filters.mean(axis=0)
+  _, _, vt = np.linalg.svd(filters, full_matrices=False)
+  count = min(count, len(vt))
+  return vt[:count].reshape(count, ph, pw, c).astype(np.float32)
+
+
+def render_filters(components: np.ndarray, cols: int = 7) -> np.ndarray:
+  """uint8 grid of components, each stretched to its own [0, 255] range."""
+  lo = components.min(axis=(1, 2, 3), keepdims=True)
+  hi = components.max(axis=(1, 2, 3), keepdims=True)
+  tiles = np.round(255 * (components - lo) / np.maximum(hi - lo, 1e-12))
+  factor = max(1, 48 // components.shape[1])
+  return tile_grid(upscale(tiles.astype(np.uint8), factor), min(cols, len(tiles)))
+
+
+def mean_attention_distance(weights: np.ndarray, has_token: bool,
+                            grid: tuple[int, int], stride: int) -> np.ndarray:
+  """Mean distance in pixels [layers, heads] between query and attended patches.
+
+  Weights over the patch keys are renormalised (the class token has no
+  position) and averaged over patch queries and images.
+  """
+  ntok = int(has_token)
+  rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing='ij')
+  centres = np.stack([rows.ravel(), cols.ravel()], axis=-1) * float(stride)
+  dist = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+  att = weights[..., ntok:, ntok:].astype(np.float64)
+  att = att / np.maximum(att.sum(axis=-1, keepdims=True), 1e-12)
+  per_query = (att * dist).sum(axis=-1)            # [L, N, heads, patches]
+  return per_query.mean(axis=(1, 3)).astype(np.float32)
+
+
+def render_attention_distance(distance: np.ndarray, image_size: int) -> np.ndarray:
+  """uint8 [400, 400, 3] scatter plot: one dot per head against network depth."""
+  try:
+    from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+    from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ImportError('The attention-distance plot needs matplotlib: pip install '
+                      "'vit_jax[viz]' (or matplotlib).") from None
+  fig = figure.Figure(figsize=(4, 4), dpi=100)
+  backend_agg.FigureCanvasAgg(fig)
+  ax = fig.add_subplot(1, 1, 1)
+  layers, heads = distance.shape
+  for h in range(heads):
+    ax.scatter(np.arange(1, layers + 1), distance[:, h], s=12,
+               label=f'head {h + 1}' if heads <= 16 else None)
+  ax.set_xlabel('Network depth (layer)')
+  ax.set_ylabel('Mean attention distance (pixels)')
+  ax.set_ylim(0, image_size)
+  ax.set_xlim(0.5, layers + 0.5)
+  if heads <= 16:
+    ax.legend(fontsize=6, ncol=2, loc='lower right')
+  fig.tight_layout()
+  fig.canvas.draw()
+  return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
+# ----------------------------------------------------------------------------
+# Entry points: TensorBoard summaries and the command line.
+
+
+def summary_images(model: nn.Module, params: Mapping[str, Any],
+                   sample_images: np.ndarray) -> dict[str, np.ndarray]:
+  """Attention rollout [N, H, 3W, 3] and posemb similarity [1, H', W', 3], uint8.
+
+  Images smaller than 128 pixels are upscaled (nearest) to stay legible. A model
+  without attention (MLP-Mixer) has neither picture and gets an empty dict.
+  """
+  if not has_attention(model):
+    return {}
+  images = np.asarray(sample_images, np.float32)
+  if images.ndim != 4 or images.shape[-1] != 3:
+    raise ValueError(f'summary_images: expected images [N, H, W, 3], got '
+                     f'{images.shape}.')
+  grid = patch_grid(model, params)
+  maps = attention_rollout(attention_weights(model, params, images),
+                           _has_token(model), grid)
+  rollout = rollout_pictures(images, maps)
+  out = {'attention_rollout': upscale(rollout, -(-_MIN_SIDE // rollout.shape[1]))}
+  embeddings = posemb(model, params)
+  if embeddings is not None:
+    similarity = render_posemb_similarity(posemb_similarity(
+        np.asarray(sharding.to_host(embeddings)), _has_token(model), grid))
+    out['posemb_similarity'] = similarity[None]
+  return out
+
+
+def write_png(image: np.ndarray, path: str) -> None:
+  """Writes a uint8 [H, W, 3] image as PNG, atomically (no half-written files)."""
+  buffer = io.BytesIO()
+  Image.fromarray(np.asarray(image, np.uint8)).save(buffer, format='PNG')
+  fileio.atomic_write(path, buffer.getvalue())
+
+
+def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
+                  out_dir: str) -> list[str]:
+  """Writes every figure that applies to the model into `out_dir`; returns the paths."""
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise NotADirectoryError(f'--out={out_dir} is a file; pass a directory.')
+  # Read every input before writing anything, so a bad image leaves no partial output.
+  images = (np.stack([images_lib.load_image(p, loaded.resolution) for p in image_paths])
+            if image_paths else None)
+  # Rollouts are drawn over the input at a legible size, whatever the model's.
+  display_size = max(_DISPLAY_SIZE, loaded.resolution)
+  display = [images_lib.load_image(p, display_size) for p in image_paths]
+  model, params = loaded.model, loaded.params
+  family = models.family_of(model)
+  figures = {}
+  embeddings = posemb(model, params)
+  if embeddings is not None:
+    figures['posemb_similarity.png'] = render_posemb_similarity(posemb_similarity(
+        embeddings, _has_token(model), patch_grid(model, params)))
+  if images is not None and has_attention(model):
+    grid = patch_grid(model, params)
+    weights = attention_weights(model, params, images)
+    pictures = rollout_pictures(
+        np.stack(display), attention_rollout(weights, _has_token(model), grid))
+    for i, picture in enumerate(pictures):
+      figures[f'attention_rollout_{i}.png'] = picture
+    distance = mean_attention_distance(
+        weights, _has_token(model), grid, load.model_stride(model))
+    figures['attention_distance.png'] = render_attention_distance(
+        distance, loaded.resolution)
+  if family.rgb_filters(model, params) is not None:
+    figures['embedding_filters.png'] = render_filters(
+        filter_components(embedding_kernel(model, params)))
+  os.makedirs(out_dir, exist_ok=True)
+  written = []
+  for name, picture in figures.items():
+    path = os.path.join(out_dir, name)
+    write_png(picture, path)
+    written.append(path)
+  return written

@@ -1,0 +1,29 @@
+"""Image files as model inputs: any size or mode, resized to the model's resolution."""
+import os
+
+import numpy as np
+from PIL import Image
+from PIL import ImageOps
+from PIL import UnidentifiedImageError
+
+
+def load_image(path: str, resolution: int) -> np.ndarray:
+  """Reads a JPEG/PNG (any size or mode) as float32 [resolution, resolution, 3] in [-1, 1].
+
+  Resized bilinearly with no crop (the original vit_jax evaluation).
+  """
+  path = os.fspath(path)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'Image {path} does not exist; check the path.')
+  if os.path.isdir(path):
+    raise IsADirectoryError(f'Image {path} is a directory; pass image files.')
+  try:
+    with Image.open(path) as img:
+      # Phone photos store their rotation in EXIF; apply it as a viewer would.
+      img = ImageOps.exif_transpose(img).convert('RGB')
+      img = img.resize((resolution, resolution), Image.BILINEAR)
+  except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise ValueError(f'Cannot read image {path} ({reason}); pass a valid JPEG or '
+                     'PNG file.') from None
+  return np.asarray(img, np.float32) / 127.5 - 1.0

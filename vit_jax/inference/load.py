@@ -1,0 +1,151 @@
+"""A model built to fit a checkpoint file: architecture from the tree or the workdir's config.
+
+`load_model(model_name, path)` reads the parameters, takes the head width, the pre-logits
+layer and the patch grid from them (through the model family's record), and checks that
+every parameter fits. Without a model name, the preset and overrides come from the
+`config.json` that a training run leaves beside its `params.npz`.
+"""
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Mapping, Optional
+
+from flax import traverse_util
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from vit_jax import checkpoint
+from vit_jax import models
+from vit_jax.models import families
+from vit_jax.models import from_config
+
+CONFIG_FILE = 'config.json'
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+  """A model built to fit a checkpoint, its parameters and its input resolution."""
+  name: str
+  model: nn.Module
+  params: dict[str, Any]
+  resolution: int
+
+  @property
+  def num_classes(self) -> int:
+    """Number of head outputs (0 for a checkpoint without a head)."""
+    head = self.params.get(models.family_of(self.model).head_keys[0])
+    return int(head['kernel'].shape[-1]) if head else 0
+
+
+def _shapes(tree: Mapping[str, Any]) -> dict[str, tuple]:
+  return {'/'.join(k): tuple(v.shape)
+          for k, v in traverse_util.flatten_dict(dict(tree)).items()}
+
+
+def _abstract_params(model: nn.Module, resolution: int) -> Any:
+  images = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
+  return jax.eval_shape(model.init, jax.random.PRNGKey(0), images)['params']
+
+
+def model_stride(model: nn.Module) -> int:
+  """Input pixels per patch side, including a hybrid's ResNet downsampling."""
+  patch = int(model.patches['size'][0])
+  # Hybrid ResNets downsample by at most 32, so 32 patches always divide evenly.
+  probe = 32 * patch
+  tokens = models.family_of(model).patch_tokens(model, _abstract_params(model, probe))
+  return probe // math.isqrt(tokens)
+
+
+def workdir_model(checkpoint_path: str) -> tuple[str, dict[str, Any]]:
+  """(model_name, get_model overrides) from the config.json beside a workdir's params.npz."""
+  path = os.path.join(os.path.dirname(os.path.abspath(checkpoint_path)), CONFIG_FILE)
+  if not os.path.exists(path):
+    raise ValueError(f'No --model given and no {path}: name the preset with --model '
+                     '(e.g. --model=ViT-B_16), or pass the params.npz of a vit_jax '
+                     'workdir.')
+  try:
+    with open(path) as f:
+      config = ml_collections.ConfigDict(json.load(f))
+    name = config.model_name
+    overrides = from_config.model_kwargs(name, config.model, num_classes=0)
+  except (ValueError, AttributeError, TypeError, KeyError) as e:
+    raise ValueError(f'{path} is not a vit_jax training config ({e}); pass '
+                     '--model.') from None
+  # The head and what else the tree fixes are read from the checkpoint itself.
+  overrides.pop('num_classes', None)
+  overrides.pop('representation_size', None)
+  return name, overrides
+
+
+def load_model(model_name: Optional[str], checkpoint_path: str,
+               resolution: Optional[int] = None,
+               **overrides: Any) -> LoadedModel:
+  """Builds `model_name` to fit the checkpoint at `checkpoint_path` (head, pre-logits, grid).
+
+  Without `model_name`, the model (preset and overrides) comes from the config.json of
+  the workdir holding the checkpoint. `resolution` (default: the checkpoint's)
+  re-grids learned position embeddings; `overrides` go to models.get_model (e.g.
+  dtype='bfloat16').
+  """
+  params = checkpoint.load(checkpoint_path)
+  if model_name is None:
+    model_name, saved = workdir_model(checkpoint_path)
+    overrides = {**saved, **overrides}
+  family = models.family_of(model_name)
+  head = families.get_path(params, (family.head_keys[0], 'kernel'))
+  kwargs = {**overrides, **family.fields_from_params(params),
+            'num_classes': 0 if head is None else int(head.shape[-1])}
+  model = models.get_model(model_name, **kwargs)
+  tokens = family.patch_tokens(model, params)
+  if tokens is None:
+    raise ValueError(f'Checkpoint {checkpoint_path} lacks the parameters that fix the '
+                     f'patch grid of a {family.name} model, so it does not fit model '
+                     f'{model_name!r}. Pick the --model it was trained as.')
+  grid, _ = families.square_grid(
+      tokens, f'Checkpoint {checkpoint_path} (model {model_name!r})')
+  stride = model_stride(model)
+  native = grid * stride
+  if resolution is None or resolution == native:
+    resolution = native
+  else:
+    if resolution <= 0 or resolution % stride:
+      raise ValueError(f'--resolution={resolution} must be a positive multiple of '
+                       f'{stride}, the patch size of {model_name!r} in pixels.')
+    if family.posemb_path is None:
+      raise ValueError(f'{model_name!r} has no position embeddings to interpolate: its '
+                       f'parameters fix the resolution to {native}; drop --resolution.')
+    new_grid = resolution // stride
+    *parent, leaf = family.posemb_path
+    node = families.get_path(params, tuple(parent))
+    node[leaf] = checkpoint.interpolate_posemb(
+        np.asarray(node[leaf]), (new_grid, new_grid), family.class_token(model))
+  _check_fits(model, params, resolution, checkpoint_path, model_name)
+  params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+  return LoadedModel(model_name, model, params, resolution)
+
+
+def _check_fits(model: nn.Module, params: Mapping[str, Any], resolution: int,
+                path: str, name: str) -> None:
+  """Raises a one-line error naming the first parameters that do not fit."""
+  expected = _shapes(_abstract_params(model, resolution))
+  got = _shapes(params)
+  missing = sorted(set(expected) - set(got))
+  extra = sorted(set(got) - set(expected))
+  wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
+  problems = []
+  if missing:
+    problems.append(f'lacks {len(missing)} parameters (first: {missing[0]})')
+  if extra:
+    problems.append(f'has {len(extra)} parameters the model does not (first: '
+                    f'{extra[0]})')
+  if wrong:
+    problems.append(f'{wrong[0]} has shape {got[wrong[0]]}, expected '
+                    f'{expected[wrong[0]]}' + (
+                        f' (+{len(wrong) - 1} more)' if len(wrong) > 1 else ''))
+  if problems:
+    raise ValueError(f'Checkpoint {path} does not fit model {name!r}: '
+                     f'{"; ".join(problems)}. Pick the --model it was trained as.')

@@ -1,0 +1,120 @@
+"""Model families: one record per kind of model, asked by every other part of the package.
+
+A family is the Flax module class plus what the trainer, FLOP counter, checkpoint
+formats, `predict` and `visualize` need to know about it. To add a family, write its
+module and call `register(Family(...), presets)`; nothing else branches on the kind of
+model. ViT (with its ResNet hybrids) and MLP-Mixer are registered in
+`vit_jax/models/__init__.py`.
+"""
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, Optional
+
+import flax.linen as nn
+import ml_collections
+
+Params = Mapping[str, Any]
+
+# config.model values meaning "keep the preset's value".
+KEEP = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """What the package knows about one kind of model."""
+  name: str
+  module: type
+  # Preset keys that only this family's configs have (how a config is recognised).
+  signature: tuple[str, ...]
+  # config.model knobs the module takes beyond its preset fields, with the value
+  # that means "not set" (KEEP: the preset's value; else the module gets it).
+  options: Mapping[str, Any]
+  # Analytic forward FLOPs (2 per multiply-add) of (architecture fields, resolution,
+  # num_classes); the fields are a preset config or a built module's attributes.
+  forward_flops: Callable[[Mapping[str, Any], int, int], float]
+  # Feature width before the head (the size of a pre-logits layer).
+  width: Callable[[Mapping[str, Any]], int]
+  # Patch tokens a parameter tree was trained on, or None when the tree does not fix them.
+  patch_tokens: Callable[[nn.Module, Params], Optional[int]]
+  # Architecture fields a parameter tree fixes beyond the head (e.g. pre-logits width).
+  fields_from_params: Callable[[Params], dict] = lambda params: {}
+  # Preset fields holding a dict whose keys get_model also takes as overrides
+  # (get_model('ViT-B_16', num_layers=6) sets transformer.num_layers).
+  nested: tuple[str, ...] = ()
+  # Where the learned position embedding lives (None: the family has none, so its
+  # resolution is fixed by its parameters).
+  posemb_path: Optional[tuple[str, ...]] = None
+  class_token: Callable[[nn.Module], bool] = lambda model: False
+  # The class token's parameter (dropped when a checkpoint meets a model without one).
+  class_token_key: Optional[str] = None
+  # The patch-embedding kernel on RGB pixels [ph, pw, 3, D], or None (hybrids).
+  rgb_filters: Callable[[nn.Module, Params], Any] = lambda model, params: None
+  # Records softmax attention weights (sow 'intermediates') when run with these fields.
+  attention_fields: Optional[Mapping[str, Any]] = None
+  # Linen name -> published name of the children of modules whose name matches the key
+  # (regex), for the published .npz layout.
+  npz_renames: Mapping[str, Mapping[str, str]] = dataclasses.field(
+      default_factory=dict)
+  # The classifier head first, then layers a fine-tuning head may replace (pre-logits).
+  head_keys: tuple[str, ...] = ('head', 'pre_logits')
+
+
+FAMILIES: dict[str, Family] = {}
+MODEL_CONFIGS: dict[str, ml_collections.ConfigDict] = {}
+
+
+def register(family: Family,
+             presets: Mapping[str, ml_collections.ConfigDict]) -> None:
+  """Adds a family and its named presets (errors on a name that is taken)."""
+  if family.name in FAMILIES:
+    raise ValueError(f'Model family {family.name!r} is already registered.')
+  taken = sorted(set(presets) & set(MODEL_CONFIGS))
+  if taken:
+    raise ValueError(f'Model presets {taken} are already registered.')
+  for name, cfg in presets.items():
+    if not all(k in cfg for k in family.signature):
+      raise ValueError(f'Preset {name!r} lacks the keys {family.signature} of '
+                       f'family {family.name!r}.')
+  FAMILIES[family.name] = family
+  MODEL_CONFIGS.update(presets)
+
+
+def of_config(config: Mapping[str, Any]) -> Family:
+  """The family of a preset config (or any mapping of architecture fields)."""
+  for family in FAMILIES.values():
+    if all(k in config for k in family.signature):
+      return family
+  raise ValueError(f'No model family recognises a config with keys {sorted(config)}; '
+                   f'known families: {", ".join(FAMILIES)}.')
+
+
+def of_module(model: nn.Module) -> Family:
+  """The family of a built model."""
+  for family in FAMILIES.values():
+    if isinstance(model, family.module):
+      return family
+  raise ValueError(f'{type(model).__name__} is not the module of a registered model '
+                   f'family ({", ".join(FAMILIES)}).')
+
+
+def fields(model: nn.Module) -> dict[str, Any]:
+  """The architecture fields of a built model (its dataclass attributes)."""
+  return {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+          if f.name not in ('parent', 'name')}
+
+
+def get_path(tree: Params, path: tuple[str, ...]) -> Optional[Any]:
+  """tree[path[0]][path[1]]..., or None where a key is missing."""
+  for key in path:
+    if not isinstance(tree, Mapping) or key not in tree:
+      return None
+    tree = tree[key]
+  return tree
+
+
+def square_grid(tokens: int, what: str) -> tuple[int, int]:
+  """(side, side) of `tokens` patch tokens, or a one-line error if they are not square."""
+  side = math.isqrt(max(tokens, 0))
+  if side * side != tokens or side == 0:
+    raise ValueError(f'{what} holds {tokens} patch tokens, not a square grid.')
+  return side, side

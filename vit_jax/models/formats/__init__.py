@@ -1,0 +1,1 @@
+"""Checkpoint file formats of model parameters (the published .npz layout)."""

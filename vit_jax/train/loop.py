@@ -1,0 +1,252 @@
+"""The training loop: one code path for pre-training and fine-tuning on 1..N hosts.
+
+`train_and_evaluate(config, workdir)` checks the whole config, creates (or resumes) the
+sharded train state, runs the jitted step over the input stream and, each at its
+cadence, logs, evaluates (config.evals), checkpoints, and at the end exports params.npz.
+"""
+import contextlib
+import logging
+import os
+import time
+from typing import Any, Optional
+
+from etils import epath
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from vit_jax import checkpoint
+from vit_jax import evaluators
+from vit_jax import models
+from vit_jax.data import pipeline
+from vit_jax.models import families
+from vit_jax.models import flops
+from vit_jax.models import from_config
+from vit_jax.parallel import peaks
+from vit_jax.parallel import sharding
+from vit_jax.train import checkpointer
+from vit_jax.train import objectives
+from vit_jax.train import optimizers
+from vit_jax.train import preemption
+from vit_jax.train import schedules
+from vit_jax.train import step as step_lib
+from vit_jax.train import timing
+from vit_jax.train import validate
+from vit_jax.train import writers
+
+PARAMS_FILE = 'params.npz'
+CONFIG_FILE = 'config.json'
+
+
+class NonFiniteError(RuntimeError):
+  """Raised when the loss or the gradients stop being finite."""
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       devices: Optional[list] = None) -> dict:
+  """Trains (resuming from workdir if it holds checkpoints) and returns final metrics.
+
+  `devices` restricts the mesh to some of the local devices (tests, notebooks).
+  """
+  mesh = sharding.make_mesh(config.mesh, devices)
+  info = validate.validate(config, mesh)  # before anything is written
+  prepare_workdir(workdir)
+  model = from_config.build(config, info.num_classes)
+  objective = objectives.make(config, model)
+  schedule = schedules.make(config)
+  tx = optimizers.make(config, schedule)
+  ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints)
+  state, shardings, start = _initial_state(config, mesh, objective, tx, ckpt, workdir)
+  step_fn = step_lib.jit_train_step(step_lib.make_train_step(
+      objective, tx, config.accum_steps, schedule), mesh, shardings)
+  writer = writers.make_writer(workdir)
+  evals = evaluators.create(config, evaluators.Context(
+      config, model, mesh, objectives.example_loss(objective)))
+  monitor = _Monitor(config, model, writer, ckpt)
+  _log_start(config, info, mesh, state, start)
+  final = {}
+  with preemption.SignalFlag() as sigterm:
+    batches = pipeline.make_train_iterator(config, mesh, start_step=start)
+    for step in range(start + 1, config.total_steps + 1):
+      state, metrics = step_fn(state, next(batches))
+      is_last = step == config.total_steps
+      monitor.after_step(step, metrics, is_last)
+      due = [e for e in evals if e.due(step, is_last)]
+      if due:
+        with monitor.paused(state):  # evaluation and checkpoints stay out of img/s
+          for e in due:
+            final.update(_evaluate(e, objective.model_params(state.params), step,
+                                   writer))
+      preempted = sigterm.raised or ckpt.reached_preemption(step)
+      if is_last or preempted or (config.checkpoint_every and
+                                  step % config.checkpoint_every == 0):
+        with monitor.paused(state):
+          monitor.check_finite(step)  # never checkpoint a non-finite state
+          ckpt.save(step, state, force=preempted)
+      if preempted:
+        ckpt.close()
+        writer.flush()
+        raise preemption.Preempted(
+            f'Preempted at step {step}: checkpoint saved in {ckpt.directory}; run '
+            'the same command again to resume.')
+  ckpt.close()
+  _export(objective.model_params(state.params), workdir)
+  writer.flush()
+  return {**final, 'step': config.total_steps}
+
+
+def prepare_workdir(workdir: str) -> None:
+  """Creates the workdir and proves it is writable, with a one-line error if not."""
+  probe = epath.Path(workdir, f'.write_probe_{jax.process_index()}')
+  try:
+    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+    probe.write_text('ok')
+    probe.unlink()
+  except Exception as e:  # pylint: disable=broad-except  (OSError, GCS errors)
+    reason = getattr(e, 'strerror', None) or str(e).splitlines()[0][:200]
+    raise ValueError(f'--workdir={workdir} is not writable ({reason}); '
+                     'choose a directory you can write to.') from None
+
+
+def _initial_state(config, mesh, objective, tx, ckpt, workdir) -> tuple[Any, Any, int]:
+  """(state, its shardings, first step): resumed, or created sharded (+ pretrained)."""
+  rng = jax.random.PRNGKey(config.seed)
+  image_shape = (1, config.pp.crop, config.pp.crop, 3)
+  init_fn = lambda r: step_lib.init_state(objective, tx, r, image_shape)  # noqa: E731
+  abstract = jax.eval_shape(init_fn, rng)
+  shardings = sharding.tree_shardings(abstract, mesh, config)
+  start = ckpt.latest_step()
+  if start is not None:
+    logging.info('Resuming from %s/%d.', ckpt.directory, start)
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        abstract, shardings)
+    return ckpt.restore(start, abstract), shardings, start
+  state = jax.jit(init_fn, out_shardings=shardings)(rng)
+  path = validate.pretrained_file(config)
+  if path:
+    init_params = sharding.to_host(objective.model_params(state.params))
+    params = checkpoint.load_pretrained(
+        pretrained_path=path, init_params=init_params,
+        model_config=families.fields(objective.model))
+    params = jax.device_put(objective.with_model_params(state.params, params),
+                            shardings.params)
+    opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
+    state = state.replace(params=params, opt_state=opt_state)
+    logging.info('Initialised parameters from %s.', path)
+  if jax.process_index() == 0:
+    epath.Path(workdir, CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
+  return state, shardings, 0
+
+
+def _log_start(config, info, mesh, state, start: int) -> None:
+  n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  logging.info('%s: %s parameters; %s: %d train / %d eval examples, %d classes; '
+               'mesh %s; batch %d (accum %d); steps %d..%d.', config.model_name,
+               f'{n_params:,}', info.name, info.num_train, info.num_eval,
+               info.num_classes, dict(mesh.shape), config.batch, config.accum_steps,
+               start, config.total_steps)
+
+
+def _evaluate(scheduled: evaluators.base.Scheduled, params: Any, step: int,
+              writer: Any) -> dict:
+  """Runs one evaluator, writes what it returns, and returns its scalars."""
+  scalars, images = evaluators.base.split_results(scheduled.evaluator.run(params))
+  if scalars:
+    writer.write_scalars(step, scalars)
+    logging.info('step %d: %s', step, ' '.join(
+        f'{k} {v:.4f}' if isinstance(v, float) else f'{k} {v}'
+        for k, v in scalars.items()))
+  if images:
+    writer.write_images(step, images)
+  return scalars
+
+
+def _export(model_params: Any, workdir: str) -> None:
+  """Writes the final parameters as params.npz in the published layout (process 0)."""
+  params = sharding.to_host(model_params)  # a collective: every process takes part
+  if jax.process_index() == 0:
+    checkpoint.save(params, os.path.join(workdir, PARAMS_FILE))
+
+
+class _Monitor:
+  """Progress lines, train metrics, throughput (steps only) and the non-finite stop."""
+
+  def __init__(self, config: ml_collections.ConfigDict, model: Any, writer: Any,
+               ckpt: checkpointer.StateCheckpointer):
+    self._config, self._writer, self._ckpt = config, writer, ckpt
+    self._pending = []  # device metrics since the last log line
+    self._timer = timing.StepTimer()
+    self._t0 = None  # wall clock after the first (compiling) step, for the ETA
+    self._first = None
+    self._flops = flops.model_flops_per_image(model, config.pp.crop, train=True)
+    # The benchmark's rule (vit_jax.parallel.peaks.resolve_peak), so the two MFUs compare.
+    self._peak, source = peaks.resolve_peak(
+        config.peak_tflops or 'auto',
+        jnp.dtype(models.resolve_dtype(config.model.dtype)).name,
+        jax.local_devices()[0])
+    if self._peak:
+      logging.info('MFU is against %.1f TFLOP/s per device (%s).', self._peak / 1e12,
+                   source)
+
+  def after_step(self, step: int, metrics: dict, is_last: bool) -> None:
+    """Records a step's metrics; logs them every log_every steps and at the end."""
+    self._pending.append(metrics)
+    if self._t0 is None:  # compilation stays out of the throughput
+      jax.block_until_ready(metrics)
+      self._t0, self._first = time.time(), step
+      self._timer.start()
+    else:
+      self._timer.step()
+    if step % self._config.log_every == 0 or is_last:
+      self._log(step)
+
+  def _log(self, step: int) -> None:
+    host = jax.device_get(self._pending)
+    self._pending = []
+    self._raise_if_non_finite(host, step - len(host) + 1)
+    scalars = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
+    if 'learning_rate' in host[-1]:
+      scalars['learning_rate'] = float(host[-1]['learning_rate'])
+    steps, seconds = self._timer.window()
+    if steps and seconds > 0:
+      img_sec = self._config.batch * steps / seconds
+      scalars['img_sec_core'] = img_sec / jax.device_count()
+      if self._peak:
+        scalars['mfu'] = img_sec * self._flops / (self._peak * jax.device_count())
+    self._writer.write_scalars(step, scalars)
+    total = self._config.total_steps
+    eta = (time.time() - self._t0) / max(step - self._first, 1) * (total - step)
+    speed = (f" {scalars['img_sec_core']:.1f} img/s/core"
+             if 'img_sec_core' in scalars else '')
+    logging.info('step %d/%d (%.1f%%) loss %.4f lr %.3g%s ETA %s', step, total,
+                 100 * step / total, scalars['train_loss'],
+                 scalars.get('learning_rate', float('nan')), speed,
+                 timing.format_eta(eta))
+
+  def check_finite(self, step: int) -> None:
+    """Stops the run if a step since the last log line went non-finite."""
+    if self._pending:
+      host = jax.device_get(self._pending)
+      self._raise_if_non_finite(host, step - len(host) + 1)
+
+  def _raise_if_non_finite(self, host_metrics: list, first_step: int) -> None:
+    for i, m in enumerate(host_metrics):
+      if not (np.isfinite(m['train_loss']) and np.isfinite(m['grad_norm'])):
+        self._ckpt.close()
+        raise NonFiniteError(
+            f'Non-finite loss ({m["train_loss"]}) or gradient norm '
+            f'({m["grad_norm"]}) at step {first_step + i}; stopped. The last good '
+            f'checkpoint is step {self._ckpt.latest_step()} in '
+            f'{self._ckpt.directory}: lower base_lr or check the data.')
+
+  @contextlib.contextmanager
+  def paused(self, state: Any):
+    """Waits for the steps in flight, stops the step clock, restarts it after."""
+    jax.block_until_ready(state)
+    self._timer.pause()
+    try:
+      yield
+    finally:
+      self._timer.resume()

@@ -1,0 +1,106 @@
+"""Optimizers chosen by name from the config, with gradient clipping and weight decay.
+
+`config.optimizer` names an entry of OPTIMIZERS ('sgd': SGD with momentum, 'adam':
+AdamW), one added with `register`, or any optax optimizer that takes a learning rate as
+its first argument ('lion', 'lamb', 'adafactor', ...). Its keyword arguments are
+`config.optimizers.<name>` (absent: the factory's defaults). Every optimizer gets the
+config's learning-rate schedule, gradient clipping at `config.grad_clip_norm` and weight
+decay `config.weight_decay` on the kernels only (decay_mask).
+"""
+import inspect
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+# name -> factory(learning_rate, weight_decay, mask, **kwargs) -> GradientTransformation
+Factory = Callable[..., optax.GradientTransformation]
+
+
+def decay_mask(params: Any) -> Any:
+  """True for the parameters that weight decay applies to: dense and conv kernels.
+
+  Biases, LayerNorm/GroupNorm scales, position embeddings and the class token
+  are not decayed.
+  """
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)
+
+
+def _sgd(learning_rate, weight_decay, mask, *, momentum=0.9, nesterov=False,
+         accumulator_dtype='float32') -> optax.GradientTransformation:
+  opt = optax.sgd(learning_rate, momentum=momentum or None, nesterov=nesterov,
+                  accumulator_dtype=accumulator_dtype)
+  if weight_decay:
+    opt = optax.chain(optax.add_decayed_weights(weight_decay, mask=mask), opt)
+  return opt
+
+
+def _adamw(learning_rate, weight_decay, mask, *, b1=0.9, b2=0.999, eps=1e-8,
+           mu_dtype='float32') -> optax.GradientTransformation:
+  # Decoupled decay, multiplied by the learning rate.
+  return optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, mu_dtype=mu_dtype,
+                     weight_decay=weight_decay, mask=mask)
+
+
+OPTIMIZERS: dict[str, Factory] = {'sgd': _sgd, 'adam': _adamw}
+
+
+def register(name: str, factory: Factory) -> None:
+  """Makes `factory(learning_rate, weight_decay, mask, **kwargs)` selectable by name."""
+  OPTIMIZERS[name] = factory
+
+
+def _optax_factory(name: str) -> Factory:
+  """A factory around optax.<name>; one-line error if there is none taking a learning rate."""
+  fn = getattr(optax, name, None)
+  params = list(inspect.signature(fn).parameters) if callable(fn) else []
+  if not params or params[0] != 'learning_rate':
+    raise ValueError(f'config.optimizer={name!r} is unknown: use one of '
+                     f'{", ".join(OPTIMIZERS)} or the name of an optax optimizer '
+                     "taking a learning rate (e.g. 'lion', 'lamb').")
+
+  def factory(learning_rate, weight_decay, mask, **kwargs):
+    if 'weight_decay' in params:
+      kwargs['weight_decay'] = weight_decay
+      if 'mask' in params:
+        kwargs['mask'] = mask
+    elif weight_decay:
+      raise ValueError(f'optax.{name} takes no weight decay; set '
+                       'config.weight_decay=0 or register a factory that adds it.')
+    return fn(learning_rate, **kwargs)
+
+  factory.__signature__ = inspect.signature(fn)
+  return factory
+
+
+def _kwargs(config: ml_collections.ConfigDict, factory: Factory) -> dict[str, Any]:
+  """config.optimizers.<name> as keyword arguments the factory takes, dtypes resolved."""
+  section = config.get('optimizers', {}).get(config.optimizer, {})
+  kwargs = dict(section.to_dict() if hasattr(section, 'to_dict') else section)
+  params = inspect.signature(factory).parameters
+  takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+  reserved = {'learning_rate', 'weight_decay', 'mask'}
+  for key in kwargs:
+    if key in reserved or (key not in params and not takes_any):
+      valid = sorted(set(params) - reserved)
+      raise ValueError(f'config.optimizers.{config.optimizer}.{key} is not an option of '
+                       f'optimizer {config.optimizer!r}; its options: {", ".join(valid)}.')
+  return {k: jnp.dtype(v) if k.endswith('_dtype') and isinstance(v, str) else v
+          for k, v in kwargs.items()}
+
+
+def make(config: ml_collections.ConfigDict, schedule: Any) -> optax.GradientTransformation:
+  """Gradient clipping, then the named optimizer with the schedule and weight decay."""
+  factory = OPTIMIZERS.get(config.optimizer) or _optax_factory(config.optimizer)
+  if not config.weight_decay >= 0:
+    raise ValueError(f'config.weight_decay={config.weight_decay} must be >= 0.')
+  if not config.grad_clip_norm >= 0:
+    raise ValueError(f'config.grad_clip_norm={config.grad_clip_norm} must be >= 0 '
+                     '(0 = off).')
+  opt = factory(schedule, config.weight_decay, decay_mask, **_kwargs(config, factory))
+  if config.grad_clip_norm:
+    opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
+  return opt

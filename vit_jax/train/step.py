@@ -1,0 +1,89 @@
+"""The pure training step, shared by the trainer, the benchmark and the memory tool."""
+from typing import Any, Callable, Optional
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from vit_jax.parallel import sharding
+from vit_jax.train import objectives
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a run needs to continue: step, parameters, optimizer state, base key."""
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  rng: jax.Array
+
+
+def init_state(objective: objectives.Objective, tx: optax.GradientTransformation,
+               rng: jax.Array, image_shape: tuple) -> TrainState:
+  """Initialises a TrainState (jit it with out_shardings to create it sharded)."""
+  init_rng, state_rng = jax.random.split(rng)
+  params = objective.init(init_rng, image_shape)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=tx.init(params), rng=state_rng)
+
+
+def make_train_step(objective: objectives.Objective, tx: optax.GradientTransformation,
+                    accum_steps: int = 1,
+                    schedule: Optional[Callable[[Any], Any]] = None) -> Callable:
+  """Returns step(state, batch) -> (state, metrics) with gradient accumulation.
+
+  With accum_steps > 1 the batch is split into micro-batches whose gradients
+  are averaged, which equals one step on the whole batch. Micro-batch j takes
+  rows j, j + accum, ... so that each micro-batch stays spread over all devices.
+  Metrics: train_loss, grad_norm, learning_rate (with a schedule) and the
+  objective's own metrics.
+  """
+  accum = accum_steps
+  grad_fn = jax.value_and_grad(objective.loss, has_aux=True)
+
+  def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    rng = jax.random.fold_in(state.rng, state.step)
+    if accum == 1:
+      (loss, extra), grads = grad_fn(state.params, batch, rng)
+    else:
+      split = lambda x: jnp.swapaxes(  # noqa: E731
+          x.reshape((x.shape[0] // accum, accum) + x.shape[1:]), 0, 1)
+
+      def body(carry, xs):
+        i, micro = xs
+        out = grad_fn(state.params, micro, jax.random.fold_in(rng, i))
+        return jax.tree.map(jnp.add, carry, out), None
+
+      zeros = jax.tree.map(
+          jnp.zeros_like,
+          jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda x: x[::accum], batch),
+                         rng))
+      ((loss, extra), grads), _ = jax.lax.scan(
+          body, zeros, (jnp.arange(accum), jax.tree.map(split, batch)))
+      loss, extra, grads = jax.tree.map(lambda x: x / accum, (loss, extra, grads))
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads), **extra}
+    if schedule is not None:
+      metrics['learning_rate'] = schedule(state.step)
+    new_state = state.replace(step=state.step + 1, params=params,
+                              opt_state=opt_state)
+    return new_state, metrics
+
+  return step
+
+
+def jit_train_step(step: Callable, mesh: jax.sharding.Mesh, state_shardings: Any,
+                   donate: bool = True) -> Callable:
+  """Jits step(state, batch) the one way the trainer runs it and the benchmark times it.
+
+  State in and out with its shardings (donated, so it is updated in place),
+  the batch split over the mesh, and activation constraints so FSDP gathers
+  weights rather than whole-batch activations.
+  """
+  return jax.jit(
+      sharding.with_activation_constraints(step, mesh),
+      in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+      out_shardings=(state_shardings, None),
+      donate_argnums=0 if donate else ())

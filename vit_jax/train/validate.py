@@ -1,0 +1,76 @@
+"""The trainer's config check: every setting the run depends on, in one pass, up front.
+
+Run before the work directory or anything else is created, so a mistake costs nothing:
+each problem is a one-line ValueError/FileNotFoundError naming the key and what to do.
+Each stage checks its own part (schedule, optimizer, objective, model, data, evaluators);
+this module asks them in order.
+"""
+import jax
+import ml_collections
+
+from vit_jax import evaluators
+from vit_jax.data import catalog
+from vit_jax.data import pipeline
+from vit_jax.data import sources
+from vit_jax.models import from_config
+from vit_jax.models.formats import npz
+from vit_jax.train import objectives
+from vit_jax.train import optimizers
+from vit_jax.train import schedules
+
+_POSITIVE = ('batch', 'batch_eval', 'accum_steps', 'total_steps', 'log_every',
+             'keep_checkpoints', 'data_shards')
+
+
+def _check_batches(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
+  for key in _POSITIVE:
+    if not isinstance(config[key], int) or config[key] < 1:
+      raise ValueError(f'config.{key}={config[key]!r} must be a positive integer.')
+  if config.checkpoint_every < 0:
+    raise ValueError(f'config.checkpoint_every={config.checkpoint_every} must be >= 0 '
+                     '(0 = only at the end).')
+  if config.batch % config.accum_steps:
+    raise ValueError(f'config.batch={config.batch} is not divisible by '
+                     f'config.accum_steps={config.accum_steps}.')
+  micro = config.batch // config.accum_steps
+  if micro % mesh.size:
+    raise ValueError(
+        f'config.batch={config.batch} / accum_steps={config.accum_steps} = '
+        f'{micro} is not divisible by the {mesh.size} devices; use a batch '
+        f'that is a multiple of {mesh.size * config.accum_steps}.')
+  if config.batch_eval % mesh.size:
+    raise ValueError(f'config.batch_eval={config.batch_eval} is not divisible '
+                     f'by the {mesh.size} devices.')
+  if config.batch % jax.process_count():
+    raise ValueError(f'config.batch={config.batch} is not divisible by the '
+                     f'{jax.process_count()} processes.')
+
+
+def pretrained_file(config: ml_collections.ConfigDict) -> str:
+  """The checkpoint to start from: pretrained_path, or pretrained_dir/MODEL.npz ('' = none)."""
+  if config.pretrained_path:
+    return config.pretrained_path
+  if config.get('pretrained_dir'):
+    return f'{config.pretrained_dir.rstrip("/")}/{config.model_name}.npz'
+  return ''
+
+
+def validate(config: ml_collections.ConfigDict,
+             mesh: jax.sharding.Mesh) -> catalog.DatasetInfo:
+  """Checks the whole config for a run on `mesh`; returns the dataset's info."""
+  _check_batches(config, mesh)
+  if not config.peak_tflops >= 0:
+    raise ValueError(f'config.peak_tflops={config.peak_tflops} must be >= 0 '
+                     '(0 = measured on GPU, datasheet on TPU).')
+  schedules.check(config)
+  optimizers.make(config, schedules.make(config))  # name, options, decay, clipping
+  objectives.check(config)
+  info = sources.get_dataset_info(config)
+  pipeline.check_train_config(config, info)
+  pipeline.check_eval_config(config)
+  from_config.build(config, info.num_classes)  # preset, overrides, options
+  evaluators.check(config)
+  path = pretrained_file(config)
+  if path:
+    npz.check_readable(path)
+  return info
