@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     'optax',
     'orbax-checkpoint',
     'pillow',
+    'safetensors',  # timm / transformers checkpoints, read and written with numpy
     'scikit-learn',  # ships the embedded 8x8 digits
     'scipy',
     'tensorboard',  # clu's TensorBoard writer
@@ -23,9 +24,19 @@ INSTALL_REQUIRES = [
     'tensorflow-datasets',
 ]
 
+# jax2onnx >= 0.13.1 caps orbax-checkpoint below 0.11.37, older than the
+# orbax this project runs; the ViT, hybrid and Mixer export tests pass with
+# 0.12.5, 0.13.0 and 0.17.1.
+_ONNX = ['jax2onnx>=0.12.5,<0.13.1', 'onnxruntime']
+
 EXTRAS_REQUIRE = {
+    # torch/timm/transformers are left out (~3 GB of wheels): the interop tests
+    # read fixture checkpoints those libraries saved, and run against the
+    # libraries themselves where the 'interop' extra is installed.
     'test': ['pytest', 'scikit-image', 'nbclient', 'nbformat', 'ipykernel',
-             'matplotlib'],
+             'matplotlib'] + _ONNX,
+    'interop': ['torch>=2.4', 'timm', 'transformers'],  # .pth/.bin files
+    'onnx': _ONNX,
     'gpu': ['jax[cuda12]'],
     'tpu': ['jax[tpu]'],
     'viz': ['matplotlib'],
@@ -38,8 +49,7 @@ setuptools.setup(
     long_description=open('README.md').read(),
     long_description_content_type='text/markdown',
     packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
-    package_data={'vit_jax': ['labels/*.txt',
-                            'labels/README.md']},
+    package_data={'vit_jax': ['labels/*.txt', 'labels/README.md']},
     python_requires='>=3.10',
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

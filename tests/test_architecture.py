@@ -7,13 +7,14 @@ from absl.testing import absltest
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        'vit_jax')
 # Stages in data-flow order: each may import only itself and the ones before it.
-STAGES = ('fileio', 'models', 'parallel', 'data', 'configs', 'inference', 'evaluators',
-          'train', 'perf', 'cli')
+STAGES = ('fileio', 'models', 'parallel', 'data', 'configs', 'inference', 'serving',
+          'evaluators', 'train', 'perf', 'cli')
 # vit_jax.checkpoint is the public face of the models stage's checkpoint formats.
 ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.
 ENTRY = {'__init__': ('_moved',), '_moved': (), 'main': ('cli',), 'predict': ('cli',),
-         'visualize': ('cli',), 'fewshot': ('cli',)}
+         'visualize': ('cli',), 'fewshot': ('cli',), 'convert': ('cli',),
+         'export': ('cli',)}
 
 
 def _stage(module: str) -> str:

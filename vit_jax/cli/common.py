@@ -10,7 +10,8 @@ def define_checkpoint_flags() -> None:
   """--model and --checkpoint, shared by the predict/visualize/fewshot commands."""
   flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
                       'config.json beside the checkpoint (a vit_jax workdir).')
-  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (local or gs://).',
+  flags.DEFINE_string('checkpoint', None, 'Checkpoint: .npz (local or gs://), '
+                      'timm .safetensors/.pth or a transformers directory.',
                       required=True)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax.models import families
+from vit_jax.models import formats
 from vit_jax.models import from_config
 
 CONFIG_FILE = 'config.json'
@@ -86,12 +87,19 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
                **overrides: Any) -> LoadedModel:
   """Builds `model_name` to fit the checkpoint at `checkpoint_path` (head, pre-logits, grid).
 
+  The checkpoint is an .npz, a timm state dict or a transformers directory.
   Without `model_name`, the model (preset and overrides) comes from the config.json of
   the workdir holding the checkpoint. `resolution` (default: the checkpoint's)
   re-grids learned position embeddings; `overrides` go to models.get_model (e.g.
   dtype='bfloat16').
   """
-  params = checkpoint.load(checkpoint_path)
+  if formats.is_other_format(checkpoint_path):
+    # timm / transformers: the file (or model_name, checked) gives the model.
+    read = formats.read(checkpoint_path, model=model_name, exact_gelu='accept')
+    params, model_name = read.params, read.model_name
+    overrides = {**read.overrides, **overrides}
+  else:
+    params = checkpoint.load(checkpoint_path)
   if model_name is None:
     model_name, saved = workdir_model(checkpoint_path)
     overrides = {**saved, **overrides}

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.ndimage
 
 from vit_jax.models import families
+from vit_jax.models import formats
 from vit_jax.models.formats import npz
 
 Params = dict[str, Any]
@@ -95,6 +96,8 @@ def load_pretrained(*,
                     strict: bool = True) -> Params:
   """Loads a checkpoint into the tree of `init_params` for fine-tuning.
 
+  `pretrained_path` is an .npz, a timm state dict (.safetensors/.pth/.bin; the
+  heads come from model_config) or a transformers ViT directory.
   The head comes from `init_params`; the checkpoint's `pre_logits` is dropped
   when the new model has none and kept when its width matches (else taken
   from `init_params`, as when the checkpoint lacks it). Position embeddings are
@@ -105,7 +108,11 @@ def load_pretrained(*,
   they are logged. Returns a nested dict of numpy arrays shaped like `init_params`.
   """
   family = families.of_config(model_config)
-  restored = npz.flatten(npz.load(pretrained_path))
+  transformer = model_config.get('transformer') or {}
+  # Fine-tuning retrains under tanh GELU anyway (the google/vit-* checkpoints were
+  # trained with it), so transformers' exact-GELU configs are accepted here.
+  restored = npz.flatten(formats.read_params(
+      pretrained_path, num_heads=transformer.get('num_heads'), exact_gelu='accept'))
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
   name = model_config.get('model_name') or 'the model'
   token_key = family.class_token_key

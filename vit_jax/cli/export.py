@@ -1,0 +1,74 @@
+r"""Exports a checkpoint for serving: StableHLO, TensorFlow SavedModel or ONNX.
+
+  python -m vit_jax.export --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
+      --format=stablehlo --output=vit_b16.stablehlo
+  python -m vit_jax.export --checkpoint=vit-hf/ --format=saved_model --output=vit_sm
+  python -m vit_jax.export --checkpoint=/tmp/run/params.npz --format=onnx --output=vit.onnx
+
+The checkpoint is anything `predict` reads (.npz, timm state dict with --model,
+transformers directory). The SavedModel applies the evaluation preprocessing:
+a vit_jax workdir's config.json beside the checkpoint gives its pp.eval
+recipe, otherwise images are resized to the resolution (predict's).
+"""
+import json
+import os
+from typing import Any, Optional, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from vit_jax import serving
+from vit_jax.cli import common
+from vit_jax.inference import load
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  common.define_checkpoint_flags()
+  flags.DEFINE_enum('format', None, list(serving.FORMATS), 'Export format.',
+                    required=True)
+  flags.DEFINE_string('output', None, 'File (stablehlo, onnx) or directory '
+                      '(saved_model) to write.', required=True)
+  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
+                       "checkpoint's.")
+
+
+def workdir_pp(checkpoint_path: str) -> Optional[dict[str, Any]]:
+  """config.pp of the vit_jax workdir holding the checkpoint, if it is one."""
+  directory = (checkpoint_path if os.path.isdir(checkpoint_path) else
+               os.path.dirname(os.path.abspath(checkpoint_path)))
+  path = os.path.join(directory, 'config.json')
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      config = json.load(f)
+  except (OSError, ValueError):
+    return None
+  pp = config.get('pp') if isinstance(config, dict) else None
+  return pp if isinstance(pp, dict) else None  # a transformers config has none
+
+
+def main(argv: Sequence[str]) -> None:
+  """Loads the checkpoint, exports it and prints how to run the artifact."""
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
+  # float32 whatever the training config said: 'auto' is bf16 + cuDNN on a GPU,
+  # which would tie the artifact to that GPU and change its numbers.
+  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
+                              dtype='float32')
+  usage = serving.export(loaded.model, loaded.params, loaded.resolution,
+                         FLAGS.format, FLAGS.output,
+                         pp=workdir_pp(FLAGS.checkpoint))
+  print(f'Wrote {FLAGS.output} ({FLAGS.format}, {loaded.name}, '
+        f'{loaded.resolution}px, {loaded.num_classes} classes). Run: {usage}')
+
+
+def run() -> None:
+  """Console entry point of `python -m vit_jax.export`."""
+  common.run_command('vit_jax.export', _define_flags, main, (ValueError, OSError))
+
