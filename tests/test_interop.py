@@ -23,11 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
+from tests import test_train
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax.inference import load
 from vit_jax.inference import predict
 from vit_jax.models import formats
+from vit_jax.train import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, 'tests', 'testdata', 'interop')
@@ -210,6 +212,25 @@ class FixtureParityTest(_TmpDirTest):
             ckpt.params['Transformer']['encoderblock_1']['MlpBlock_0']['Dense_0']['kernel'])
         self.assertTrue(np.all(np.isfinite(_apply(model, params,
                                                   np.zeros((1, 32, 32, 3))))))
+
+  def test_trainer_fine_tunes_a_transformers_checkpoint(self):
+    """--config.pretrained_path takes a transformers directory as it takes an .npz."""
+    config = test_train.tiny_config(
+        pretrained_path=os.path.join(FIXTURES, 'hf_classifier'), total_steps=4,
+        checkpoint_every=0, optimizer='sgd', base_lr=0.01)
+    config.model.hidden_size, config.model.mlp_dim = 16, 32
+    config.model.num_layers, config.model.num_heads = 2, 2
+    config.model.patches = {'size': (4, 4)}
+    workdir = self.create_tempdir().full_path
+    result = loop.train_and_evaluate(config, workdir)
+    self.assertBetween(result['accuracy_test'], 0.0, 1.0)
+    params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+    self.assertEqual(params['head']['kernel'].shape, (16, 10))  # a new head
+    self.assertEqual(params['Transformer']['posembed_input']['pos_embedding'].shape,
+                     (1, 50, 16))  # 4x4 grid -> 7x7 + cls
+    config.pretrained_path = FIXTURES  # a directory that is no checkpoint
+    with self.assertRaisesRegex(ValueError, 'directory without config.json'):
+      loop.train_and_evaluate(config, self.create_tempdir().full_path)
 
   def test_predict_loads_a_transformers_directory(self):
     loaded = load.load_model(None, os.path.join(FIXTURES, 'hf_classifier'))

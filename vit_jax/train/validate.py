@@ -12,8 +12,8 @@ from vit_jax import evaluators
 from vit_jax.data import catalog
 from vit_jax.data import pipeline
 from vit_jax.data import sources
+from vit_jax.models import formats
 from vit_jax.models import from_config
-from vit_jax.models.formats import npz
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
@@ -72,5 +72,5 @@ def validate(config: ml_collections.ConfigDict,
   evaluators.check(config)
   path = pretrained_file(config)
   if path:
-    npz.check_readable(path)
+    formats.check_readable(path)
   return info

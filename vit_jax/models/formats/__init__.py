@@ -586,6 +586,17 @@ def is_other_format(path: str) -> bool:
       os.path.isdir(path) or path.lower().endswith(_STATE_EXTS))
 
 
+def check_readable(path: str) -> None:
+  """One-line error unless `path` is a checkpoint file or a transformers directory."""
+  path = os.fspath(path)
+  if not (is_other_format(path) and os.path.isdir(path)):
+    npz.check_readable(path)
+  elif not os.path.exists(os.path.join(path, 'config.json')):
+    raise ValueError(f'Checkpoint {path} is a directory without config.json: pass a '
+                     'checkpoint file (.npz, .safetensors, .pth) or a transformers '
+                     'model directory.')
+
+
 def read_params(path: str, *, num_heads: Optional[int] = None,
                 exact_gelu: str = 'error') -> Params:
   """Only the parameters of a checkpoint of any format (no preset check)."""
