@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
+from tests import test_checkpoint
 from tests import test_train
 from vit_jax import checkpoint
 from vit_jax import models
@@ -76,17 +77,8 @@ def _flat(tree, prefix=''):
   return out
 
 
-class _TmpDirTest(absltest.TestCase):
+class _TmpDirTest(test_checkpoint.CheckpointTestCase):
   """A fresh temporary directory per test (self.dir, self.path(name))."""
-
-  def setUp(self):
-    super().setUp()
-    tmp = tempfile.TemporaryDirectory()
-    self.addCleanup(tmp.cleanup)
-    self.dir = tmp.name
-
-  def path(self, name: str) -> str:
-    return os.path.join(self.dir, name)
 
 
 class FixtureParityTest(_TmpDirTest):

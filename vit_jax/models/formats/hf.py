@@ -24,6 +24,8 @@ from typing import Any, Mapping, Optional
 from absl import logging
 import numpy as np
 
+from vit_jax.models.formats import state as state_lib
+
 Params = dict[str, Any]
 
 # hidden_act values that are the tanh approximation of GELU.
@@ -141,34 +143,12 @@ def fold_normalization(params: Params, scale: np.ndarray,
                                   'bias': new_bias.astype(np.float32)}}
 
 
-class _Reader:
-  """Pops keys from a state dict with one-line errors naming the source."""
-
-  def __init__(self, state: Mapping[str, np.ndarray], source: str):
-    self.state = dict(state)
-    self.source = source
-
-  def has(self, key: str) -> bool:
-    return key in self.state
-
-  def pop(self, key: str, shape: tuple) -> np.ndarray:
-    if key not in self.state:
-      raise ValueError(f'Checkpoint {self.source} lacks {key!r}; it does not '
-                       'match its config.json.')
-    value = self.state.pop(key)
-    if tuple(value.shape) != tuple(shape):
-      raise ValueError(f'Checkpoint {self.source} key {key!r} has shape '
-                       f'{tuple(value.shape)} but config.json implies '
-                       f'{tuple(shape)}.')
-    return value
-
-  def finish(self) -> None:
-    if self.state:
-      key = sorted(self.state)[0]
-      more = f' (+{len(self.state) - 1} more)' if len(self.state) > 1 else ''
-      raise ValueError(f'Checkpoint {self.source} has {key!r}{more}, which no '
-                       'ViTModel / ViTForImageClassification parameter maps to; '
-                       'it cannot be converted.')
+def _reader(state: Mapping[str, np.ndarray], source: str) -> state_lib.StateReader:
+  return state_lib.StateReader(
+      state, source, missing='it does not match its config.json.',
+      mismatch=' but config.json implies {shape}.',
+      leftover=lambda key: (', which no ViTModel / ViTForImageClassification '
+                            'parameter maps to'))
 
 
 def to_params(state: Mapping[str, np.ndarray], config: Mapping[str, Any],
@@ -178,7 +158,7 @@ def to_params(state: Mapping[str, np.ndarray], config: Mapping[str, Any],
   state = _hub_names(state)
   # ViTForImageClassification nests the ViTModel under 'vit.'.
   prefix = 'vit.' if any(k.startswith('vit.') for k in state) else ''
-  r = _Reader(state, source)
+  r = _reader(state, source)
   width = int(config.get('hidden_size', 768))
   heads = int(config.get('num_attention_heads', 12))
   layers = int(config.get('num_hidden_layers', 12))

@@ -13,6 +13,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from vit_jax.models.formats import state as state_lib
+
 Params = dict[str, Any]
 
 # timm architectures (name without resolution and tag) that are a vit_jax
@@ -78,40 +80,13 @@ def _dense_t(k: np.ndarray) -> np.ndarray:
   return np.ascontiguousarray(k.T)
 
 
-class _Reader:
-  """Pops keys from a state dict with one-line errors naming the source."""
-
-  def __init__(self, state: Mapping[str, np.ndarray], source: str):
-    self.state = dict(state)
-    self.source = source
-
-  def has(self, key: str) -> bool:
-    return key in self.state
-
-  def pop(self, key: str, shape: Optional[tuple] = None) -> np.ndarray:
-    if key not in self.state:
-      raise ValueError(f'Checkpoint {self.source} lacks {key!r}; it is not a '
-                       'timm VisionTransformer state dict vit_jax can read.')
-    value = self.state.pop(key)
-    if shape is not None and tuple(value.shape) != tuple(shape):
-      raise ValueError(f'Checkpoint {self.source} key {key!r} has shape '
-                       f'{tuple(value.shape)}, expected {tuple(shape)}; the '
-                       'state dict is inconsistent or not a timm ViT.')
-    return value
-
-  def pop_optional(self, key: str, shape: tuple) -> np.ndarray:
-    """A bias timm may leave out (qkv_bias=False, ...): zeros are the same map."""
-    if key in self.state:
-      return self.pop(key, shape)
-    return np.zeros(shape, np.float32)
-
-  def finish(self) -> None:
-    if self.state:
-      key = sorted(self.state)[0]
-      more = f' (+{len(self.state) - 1} more)' if len(self.state) > 1 else ''
-      raise ValueError(f'Checkpoint {self.source} has {key!r}{more}: '
-                       f'{_why_unsupported(key)}, which the vit_jax ViT does not '
-                       'have; it cannot be converted.')
+def _reader(state: Mapping[str, np.ndarray], source: str) -> state_lib.StateReader:
+  return state_lib.StateReader(
+      state, source,
+      missing='it is not a timm VisionTransformer state dict vit_jax can read.',
+      mismatch=', expected {shape}; the state dict is inconsistent or not a timm ViT.',
+      leftover=lambda key: (f': {_why_unsupported(key)}, which the vit_jax ViT does '
+                            'not have'))
 
 
 def _block_count(state: Mapping[str, Any], pattern: str) -> int:
@@ -121,7 +96,7 @@ def _block_count(state: Mapping[str, Any], pattern: str) -> int:
   return len(indices)
 
 
-def _read_resnet(r: _Reader, p: str, out: Params) -> None:
+def _read_resnet(r: state_lib.StateReader, p: str, out: Params) -> None:
   """Hybrid BiT stem/stages under prefix `p` -> conv_root, gn_root, block{i}/unit{j}."""
   stem = p + 'stem.' if r.has(p + 'stem.conv.weight') else p
   out['conv_root'] = {'kernel': _conv(r.pop(stem + 'conv.weight'))}
@@ -147,7 +122,7 @@ def _read_resnet(r: _Reader, p: str, out: Params) -> None:
 def to_params(state: Mapping[str, np.ndarray], num_heads: int,
               source: str) -> Params:
   """A timm ViT (or R+ViT hybrid) state dict -> the vit_jax params tree."""
-  r = _Reader(state, source)
+  r = _reader(state, source)
   out: Params = {}
   if r.has('patch_embed.backbone.stem.conv.weight') or r.has(
       'patch_embed.backbone.conv.weight'):
