@@ -4,6 +4,9 @@
     --config=configs/augreg.py:B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0,cifar10 \
     --workdir=DIR
 
+Argument: FILENAME,DATASET[,lr=VALUE|INDEX]: lr picks a value of the fine-tuning sweep as
+in configs/vit.py (default 0.03, the original's). As the original's augreg.py: 500 steps
+with 100 warm-up and dropout 0 (AugReg's regularisation is for pre-training only).
 The file name's first part names the model (Ti_16, S_32, B_16, L_16, R_Ti_16,
 R26_S_32, ...); the checkpoint is gs://vit_models/augreg/NAME.npz unless
 --config.pretrained_path names a local copy.
@@ -27,11 +30,11 @@ def augreg_model(filename: str) -> str:
 
 
 def get_config(arg: str = 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0,cifar10'):
-  """Returns the fine-tuning config for 'AUGREG_FILENAME,DATASET'."""
-  filename, _, dataset = arg.partition(',')
+  """Returns the fine-tuning config for 'AUGREG_FILENAME,DATASET[,lr=VALUE|INDEX]'."""
+  (filename, *rest), options = recipes.split_arg(arg)
   filename = filename.removesuffix('.npz')
   c = base.get_base_config()
   c.model_name = augreg_model(filename)
-  recipes.apply_finetune(c, dataset or 'cifar10')
+  recipes.apply_augreg_finetune(c, rest[0] if rest else 'cifar10', options.get('lr', ''))
   c.pretrained_path = f'{AUGREG_DIR}/{filename}.npz'
   return c

@@ -11,10 +11,11 @@ mixup run on the devices (vit_jax.input_pipeline).
 Recipes (config.pp.train / config.pp.eval):
   pretrain            inception crop (area pp.min_area..100%, aspect 3/4..4/3) to pp.crop,
                       optional horizontal flip: the paper's pre-training recipe.
-  finetune_inception  the same inception crop, used for fine-tuning.
-  finetune            resize to pp.resize, random pp.crop crop, optional flip: the paper's
-                      fine-tuning recipe.
-  central_crop (eval) resize to pp.resize, central pp.crop crop.
+  finetune_inception  the same inception crop, used for fine-tuning: the original
+                      vit_jax's fine-tuning recipe (configs/vit.py, configs/augreg.py).
+  finetune            resize to pp.resize, random pp.crop crop, optional flip.
+  central_crop (eval) resize to pp.resize, central pp.crop crop (pre-training recipes, with
+                      pp.keep_aspect).
   resize (eval)       resize straight to pp.crop (the original vit_jax evaluation).
 Resizing squashes to a square like the original vit_jax; pp.keep_aspect resizes the shorter
 side instead.
@@ -72,7 +73,8 @@ def resize(image: tf.Tensor, size: int, keep_aspect: bool = False) -> tf.Tensor:
   if not keep_aspect:
     return tf.image.resize(image, [size, size])
   hw = tf.cast(tf.shape(image)[:2], tf.float32)
-  new_hw = tf.cast(tf.math.ceil(hw * (size / tf.reduce_min(hw))), tf.int32)
+  # Rounded like big_vision's resize_small; the maximum keeps float error off the short side.
+  new_hw = tf.cast(tf.math.round(hw * (size / tf.reduce_min(hw))), tf.int32)
   return tf.image.resize(image, tf.maximum(new_hw, size))
 
 

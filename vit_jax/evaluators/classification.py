@@ -47,6 +47,10 @@ class Classification(base.Evaluator):
             config: ml_collections.ConfigDict) -> None:
     if config.batch_eval < 1:
       raise ValueError(f'config.batch_eval={config.batch_eval} must be positive.')
+    if name == 'minival' and not options.get('split'):
+      # An empty split means the test split, which must not be reported as the minival.
+      raise ValueError("config.evals.minival.split is empty: set the held-out slice "
+                       "(e.g. 'train[98%:]' beside --config.train_split='train[:98%]').")
 
   def __init__(self, name: str, options: ml_collections.ConfigDict,
                context: base.Context):
