@@ -3,6 +3,7 @@
 Expected values are written out from the tables (and the original repo's configs), not
 derived from vit_jax.configs.recipes.
 """
+import importlib.util
 import os
 import subprocess
 import sys
@@ -158,6 +159,18 @@ class RecipeValuesTest(absltest.TestCase):
         '--config.base_lr\n', proc.stderr)
     self.assertNotIn('Traceback', proc.stderr)
     self.assertFalse(os.path.exists(workdir))
+
+
+class ReadmeTableTest(absltest.TestCase):
+
+  def test_readme_recipe_table_is_the_resolved_configs(self):
+    spec = importlib.util.spec_from_file_location(
+        'recipe_table', os.path.join(REPO, 'tools', 'recipe_table.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    with open(os.path.join(REPO, 'README.md')) as f:
+      readme = f.read()
+    self.assertIn(tool.table() + '\n', readme)
 
 
 class CropGeometryTest(absltest.TestCase):
