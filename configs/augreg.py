@@ -31,7 +31,7 @@ def augreg_model(filename: str) -> str:
 
 def get_config(arg: str = 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0,cifar10'):
   """Returns the fine-tuning config for 'AUGREG_FILENAME,DATASET[,lr=VALUE|INDEX]'."""
-  (filename, *rest), options = recipes.split_arg(arg)
+  (filename, *rest), options = recipes.split_arg(arg, 'AUGREG_FILENAME,DATASET')
   filename = filename.removesuffix('.npz')
   c = base.get_base_config()
   c.model_name = augreg_model(filename)

@@ -10,6 +10,8 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import jax
+import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 import skimage.data
@@ -22,6 +24,7 @@ from vit_jax.data import pipeline
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.train import loop
+from vit_jax.train import optimizers
 from vit_jax.train import schedules
 from vit_jax.train import writers
 from tests import tfds_testdata
@@ -116,6 +119,12 @@ class RecipeValuesTest(absltest.TestCase):
     self.assertAlmostEqual(float(schedules.make(i21k)(310_823)), 1e-5, places=10)
     self.assertAlmostEqual(float(schedules.make(i21k)(10_000)), 1e-3, places=9)
 
+  def test_finetune_momentum_is_kept_in_bfloat16(self):
+    tx = optimizers.make(_load('vit.py:b16,cifar10'), 0.01)
+    state = tx.init({'kernel': jnp.zeros((3, 4), jnp.float32)})
+    traces = [x for x in jax.tree.leaves(state) if getattr(x, 'shape', ()) == (3, 4)]
+    self.assertEqual([t.dtype for t in traces], [jnp.bfloat16])
+
   def test_table4_steps_and_lrs_of_other_datasets(self):
     for spec, steps, warmup, lr in (('vit.py:b16,cifar100', 10_000, 500, 0.03),
                                     ('vit.py:b32,cifar10', 10_000, 500, 0.03),
@@ -143,6 +152,11 @@ class RecipeValuesTest(absltest.TestCase):
       _load('vit.py:b16,cifar10,lr=4')
     with self.assertRaisesRegex(ValueError, "unknown option 'rl'"):
       _load('vit.py:b16,cifar10,rl=1')
+    with self.assertRaisesRegex(ValueError, r"'b16,cifar10,0.01': expected "
+                                r'MODEL,DATASET\[,lr=...\]'):
+      _load('vit.py:b16,cifar10,0.01')
+    with self.assertRaisesRegex(ValueError, 'expected AUGREG_FILENAME,DATASET'):
+      _load('augreg.py:lr=1')
 
   def test_bad_lr_on_the_command_line_is_one_line_and_creates_nothing(self):
     workdir = os.path.join(tempfile.mkdtemp(), 'run')

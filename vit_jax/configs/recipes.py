@@ -64,8 +64,9 @@ def model_name(arg: str) -> str:
   return name
 
 
-def split_arg(arg: str, options: tuple[str, ...] = ('lr',)) -> tuple[list[str], dict]:
-  """'b16,cifar10,lr=0.01' -> (['b16', 'cifar10'], {'lr': '0.01'}); unknown keys raise."""
+def split_arg(arg: str, usage: str = 'MODEL,DATASET',
+              options: tuple[str, ...] = ('lr',)) -> tuple[list[str], dict]:
+  """'b16,cifar10,lr=0.01' -> (['b16', 'cifar10'], {'lr': '0.01'}); mistakes raise."""
   positional, named = [], {}
   for part in (p.strip() for p in arg.split(',')):
     key, eq, value = part.partition('=')
@@ -76,6 +77,9 @@ def split_arg(arg: str, options: tuple[str, ...] = ('lr',)) -> tuple[list[str], 
     else:
       raise ValueError(f'config argument {part!r}: unknown option {key!r}; known: '
                        f'{", ".join(o + "=" for o in options)}')
+  if not positional or not positional[0] or len(positional) > len(usage.split(',')):
+    raise ValueError(f'config argument {arg!r}: expected {usage}'
+                     f'{"".join(f"[,{o}=...]" for o in options)}')
   return positional, named
 
 
