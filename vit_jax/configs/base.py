@@ -74,7 +74,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.total_steps = 10_000
   c.warmup_steps = 500
   c.base_lr = 0.03
-  c.end_lr = 0.0                  # -1: the original vit_jax's, 1e-5 after linear decay, 0 after cosine
+  # Where decay ends; -1: the original vit_jax's rule, 1e-5 after linear decay, 0 after cosine.
+  c.end_lr = 0.0
   c.decay_type = 'cosine'         # 'cosine' | 'linear' | 'constant'
 
   # Objective: what is learned. 'supervised' = the model's logits against the labels.
