@@ -595,6 +595,11 @@ def check_readable(path: str) -> None:
     raise ValueError(f'Checkpoint {path} is a directory without config.json: pass a '
                      'checkpoint file (.npz, .safetensors, .pth) or a transformers '
                      'model directory.')
+  elif any(os.path.exists(os.path.join(path, f)) for f in ('params.npz', 'checkpoints')):
+    # A vit_jax work directory also holds a config.json, of another kind.
+    raise ValueError(f'Checkpoint {path} is a vit_jax work directory, not a '
+                     f'transformers model directory: pass {path}/params.npz (written when its run '
+                     'finishes).')
 
 
 def read_params(path: str, *, num_heads: Optional[int] = None,
