@@ -113,6 +113,7 @@ def load_pretrained(*,
   # trained with it), so transformers' exact-GELU configs are accepted here.
   restored = npz.flatten(formats.read_params(
       pretrained_path, num_heads=transformer.get('num_heads'), exact_gelu='accept'))
+  formats.check_finite(restored, pretrained_path)
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
   name = model_config.get('model_name') or 'the model'
   token_key = family.class_token_key
