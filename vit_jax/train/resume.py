@@ -110,6 +110,8 @@ def compare(config: ml_collections.ConfigDict, workdir: str) -> Changes:
   new = _flatten(json.loads(config.to_json_best_effort()))
   fields = {}
   for key in sorted(old):
+    if key == 'allow_config_change':  # a switch of one invocation, not of the run
+      continue
     if key not in new:
       fields[key] = (old[key], None)
     elif old[key] != new[key]:
