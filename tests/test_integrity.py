@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 from tests import test_train
+from vit_jax.perf import checkpoint_verify
 from vit_jax.train import checkpointer
 from vit_jax.train import integrity
 from vit_jax.train import loop
@@ -152,6 +153,12 @@ class CheckpointFaultTest(absltest.TestCase):
     self.assertEqual(integrity.non_finite_leaf(tree), 'params/head/bias')
     tree['params']['head']['bias'] = jnp.zeros(2)
     self.assertIsNone(integrity.non_finite_leaf(tree))
+
+  def test_verification_cost_is_measured(self):
+    costs = checkpoint_verify.measure(os.path.join(self.tmp, 'cost'), gb=0.01)
+    self.assertBetween(costs['gb'], 0.005, 0.02)
+    for key in ('manifest', 'verify_warm', 'verify_cold', 'restore_warm'):
+      self.assertGreater(costs[f'{key}_s_per_gb'], 0.0)
 
   # Resuming with a changed config.
 
