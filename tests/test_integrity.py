@@ -222,7 +222,8 @@ class BadInputTest(absltest.TestCase):
              (dict(end_lr=math.inf), 'config.end_lr=inf must be a finite number'),
              (dict(model_name='ViT-Q_16'), 'ViT-Q_16'),
              (dict(dataset='no_such_set'), 'no_such_set'),
-             (dict(batch=18), 'config.batch=18')]
+             (dict(batch=18), 'config.batch=18'),
+             (dict(pp=dict(crop=-3)), r'config.pp.crop=-3 must be a positive')]
     for overrides, message in cases:
       workdir = os.path.join(parent, 'run')
       with self.assertRaisesRegex(ValueError, message):

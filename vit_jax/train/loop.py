@@ -250,11 +250,13 @@ class _Monitor:
     for i, m in enumerate(host_metrics):
       if not (np.isfinite(m['train_loss']) and np.isfinite(m['grad_norm'])):
         self._ckpt.close()
+        last = self._ckpt.latest_step()
+        kept = (f'The last good checkpoint is step {last} in {self._ckpt.directory}'
+                if last is not None else 'No checkpoint was written yet')
         raise NonFiniteError(
             f'Non-finite loss ({m["train_loss"]}) or gradient norm '
-            f'({m["grad_norm"]}) at step {first_step + i}; stopped. The last good '
-            f'checkpoint is step {self._ckpt.latest_step()} in '
-            f'{self._ckpt.directory}: lower base_lr or check the data.')
+            f'({m["grad_norm"]}) at step {first_step + i}; stopped. {kept}: lower '
+            'base_lr or check the data.')
 
   @contextlib.contextmanager
   def paused(self, state: Any):

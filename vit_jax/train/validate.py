@@ -37,6 +37,10 @@ def _check_batches(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -
   for key in _POSITIVE:
     if not isinstance(config[key], int) or config[key] < 1:
       raise ValueError(f'config.{key}={config[key]!r} must be a positive integer.')
+  for key in ('crop', 'resize'):
+    if not isinstance(config.pp[key], int) or config.pp[key] < 1:
+      raise ValueError(f'config.pp.{key}={config.pp[key]!r} must be a positive integer '
+                       '(pixels).')
   if config.checkpoint_every < 0:
     raise ValueError(f'config.checkpoint_every={config.checkpoint_every} must be >= 0 '
                      '(0 = only at the end).')
