@@ -117,16 +117,19 @@ class StateCheckpointer:
 
   def _seal(self, step: int) -> None:
     """Writes the manifest of a committed step this process saved (process 0 only)."""
-    with self._lock:
+    with self._lock:  # claimed once; the read runs unlocked so save() never waits
       if step not in self._unsealed:
         return
       self._unsealed.discard(step)
-      if jax.process_index() != 0:
-        return
-      try:
-        integrity.write_manifest(self._step_dir(step))
-      except FileNotFoundError:  # removed by keep_checkpoints meanwhile
-        logging.debug('checkpoint %d went away before its manifest', step)
+    if jax.process_index() != 0:
+      return
+    try:
+      integrity.write_manifest(self._step_dir(step))
+    except FileNotFoundError:  # removed by keep_checkpoints meanwhile
+      logging.debug('checkpoint %d went away before its manifest', step)
+    except OSError as e:  # a full disk must not stop training: orbax's save stands
+      logging.warning('Could not write the manifest of %s (%s); it will be restored '
+                      'unverified.', self._step_dir(step), e)
 
   def restore_latest(self, abstract_state: Any) -> tuple[Any, Optional[int]]:
     """(state, step) of the newest good checkpoint, or (None, None) if there are none.
@@ -235,9 +238,17 @@ class StateCheckpointer:
   def wait(self) -> None:
     """Blocks until pending async saves are complete on disk and sealed."""
     self._manager.wait_until_finished()
-    for step in sorted(self._unsealed):
+    with self._lock:
+      pending = sorted(self._unsealed)
+    for step in pending:
       if self._committed(step):
         self._seal(step)
+      else:  # orbax did not commit it (a failed save): nothing to seal
+        with self._lock:
+          self._unsealed.discard(step)
+    for sealer in self._sealers:  # one may be writing a manifest it claimed
+      sealer.join()
+    self._sealers = [s for s in self._sealers if s.is_alive()]
 
   def close(self) -> None:
     """Finishes pending saves, seals them and releases orbax's threads (idempotent)."""
@@ -247,7 +258,5 @@ class StateCheckpointer:
       self.wait()
     finally:
       self._closed = True
-      for sealer in self._sealers:
-        sealer.join()
       self._manager.close()
     logging.debug('closed checkpoint manager at %s', self.directory)
