@@ -42,6 +42,13 @@ def _array_shapes(tree: Any) -> list[tuple]:
                 if hasattr(x, 'shape'))
 
 
+def _param_shapes(tree: Any) -> dict[str, tuple]:
+  """'a/b/c' -> shape of each array leaf."""
+  return {jax.tree_util.keystr(p, simple=True, separator='/'): tuple(x.shape)
+          for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+          if hasattr(x, 'shape')}
+
+
 def _kind(why: str) -> str:
   """A one-word tag of a problem, for the name of the moved-aside directory."""
   for word, kind in (('NaN or Inf', 'nonfinite'), ('CRC32', 'checksum'),
@@ -191,13 +198,10 @@ class StateCheckpointer:
     want_params = getattr(abstract_state, 'params', None)
     problem = None
     if saved_params is not None and want_params is not None:
-      got = {jax.tree_util.keystr(p): tuple(x.shape) for p, x in
-             jax.tree_util.tree_flatten_with_path(saved_params)[0] if hasattr(x, 'shape')}
-      want = {jax.tree_util.keystr(p): tuple(x.shape) for p, x in
-              jax.tree_util.tree_flatten_with_path(want_params)[0]}
+      got, want = _param_shapes(saved_params), _param_shapes(want_params)
       for key in sorted(set(got) | set(want)):
         if got.get(key) != want.get(key):
-          problem = (f'params{key} is {got.get(key, "absent")} there, '
+          problem = (f'params/{key} is {got.get(key, "absent")} there, '
                      f'{want.get(key, "absent")} here')
           break
     if problem is None and _array_shapes(saved) != _array_shapes(abstract_state):
