@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import jax
 import jax.numpy as jnp
 import numpy as np
 from PIL import Image
@@ -145,6 +146,28 @@ class CheckpointFaultTest(absltest.TestCase):
     self.assertLen([r for r in logs.output if 'no checksum manifest' in r], 1)
     test_train.assert_trees_equal(self, test_train.final_params(workdir),
                                   test_train.final_params(self.reference_dir))
+
+  def test_step_holding_nan_is_moved_aside_by_name(self):
+    workdir = tempfile.mkdtemp(dir=self.tmp)
+    good = {'params': {'w': np.ones(4, np.float32)}, 'step': np.int32(1)}
+    bad = {'params': {'w': np.array([1, np.nan, 1, 1], np.float32)},
+           'step': np.int32(2)}
+    writer = checkpointer.StateCheckpointer(workdir, keep=3, async_save=False)
+    writer.save(1, good)
+    writer.save(2, bad)  # a valid file of a NaN state: its manifest verifies
+    writer.close()
+    reader = checkpointer.StateCheckpointer(workdir, keep=3)
+    abstract = {'params': {'w': jax.ShapeDtypeStruct((4,), jnp.float32)},
+                'step': jax.ShapeDtypeStruct((), jnp.int32)}
+    with self.assertLogs(level='WARNING') as logs:
+      state, step = reader.restore_latest(abstract)
+    reader.close()
+    self.assertEqual(step, 1)
+    np.testing.assert_array_equal(state['params']['w'], good['params']['w'])
+    self.assertRegex(logs.output[0], r'checkpoints/2 is damaged \(params/w holds NaN '
+                     r'or Inf\)')
+    self.assertEqual(os.listdir(os.path.join(workdir, checkpointer.CORRUPT_DIR)),
+                     ['2-nonfinite'])
 
   def test_non_finite_leaf_is_named(self):
     tree = {'params': {'head': {'kernel': jnp.ones((2, 2)),
