@@ -93,6 +93,29 @@ class PredictTest(absltest.TestCase):
       self.assertBetween(float(image.min()), -1.0, 1.0)
       self.assertBetween(float(image.max()), -1.0, 1.0)
 
+  def test_16_bit_png_reads_like_its_8_bit_version(self):
+    # PIL's RGB conversion clips 16-bit grayscale to white; TensorFlow scales it.
+    camera = skimage.data.camera()
+    wide = os.path.join(self.dir, 'camera16.png')
+    Image.fromarray(camera.astype(np.uint16) * 257).save(wide)
+    self.assertEqual(Image.open(wide).mode, 'I;16')
+    image = images_lib.load_image(wide, 64)
+    np.testing.assert_allclose(image, images_lib.load_image(self.photos['camera'], 64),
+                               atol=0.01)
+    self.assertLess(float(image.mean()), 0.5)  # not the clipped, almost white image
+
+  def test_checkpoint_holding_nan_is_refused_by_name(self):
+    params = checkpoint.load(self.imagenet)
+    params['head']['bias'] = params['head']['bias'].copy()
+    params['head']['bias'][3] = np.nan
+    path = os.path.join(self.dir, 'nan.npz')
+    checkpoint.save(params, path)
+    with self.assertRaisesRegex(ValueError, r'holds NaN or Inf in head/bias \(1 of'):
+      load.load_model('testing', path)
+    with self.assertRaisesRegex(ValueError, 'holds NaN or Inf in head/bias'):
+      checkpoint.load_pretrained(pretrained_path=path, init_params=params,
+                                 model_config=models.MODEL_CONFIGS['testing'])
+
   def test_trained_model_reads_mnist_digits(self):
     params_path, data_dir, _ = tiny_trained.trained()
     images, labels = mnist5k.load_arrays()

@@ -312,6 +312,9 @@ class ErrorTest(absltest.TestCase):
     before = sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
     c = tiny_config(total_steps=8)
     c.model.hidden_size = 32
+    with self.assertRaisesRegex(ValueError, 'model.hidden_size: 16 -> 32'):
+      loop.train_and_evaluate(c, workdir)
+    c.allow_config_change = True
     with self.assertRaisesRegex(ValueError, 'does not fit this model'):
       loop.train_and_evaluate(c, workdir)
     self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),

@@ -46,7 +46,7 @@ def main(argv) -> None:
   except preemption.Preempted as e:
     logging.warning('%s', e)
     sys.exit(preemption.PREEMPTED_EXIT_CODE)
-  except (ValueError, FileNotFoundError, loop.NonFiniteError) as e:
+  except (ValueError, OSError, loop.NonFiniteError) as e:
     if _DEBUG.value:
       raise
     print(f'vit_jax: error: {e}', file=sys.stderr)
@@ -74,10 +74,16 @@ def parse_flags(argv: list[str]) -> list[str]:
     if _CONFIG.value is not None:
       _ = _CONFIG.value.to_dict  # config_flags reports a bad file only on use
     return rest
-  except (flags.Error, AttributeError, KeyError, TypeError, ValueError,
-          OSError) as e:
-    text = '\n'.join(str(x) for x in _chain(e))
-  print(f'vit_jax: error: {_one_line(text)}', file=sys.stderr)
+  except Exception as e:  # pylint: disable=broad-except  (the config file runs user code)
+    if '--debug' in argv:
+      raise
+    syntax = next((x for x in _chain(e) if isinstance(x, SyntaxError)), None)
+    if syntax is not None:
+      message = (f'config file {syntax.filename} line {syntax.lineno}: '
+                 f'{syntax.msg}; fix the Python syntax there.')
+    else:
+      message = _one_line('\n'.join(f'{type(x).__name__}: {x}' for x in _chain(e)))
+  print(f'vit_jax: error: {message}', file=sys.stderr)
   sys.exit(2)
 
 

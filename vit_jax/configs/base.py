@@ -103,6 +103,12 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.log_every = 50
   c.checkpoint_every = 1000
   c.keep_checkpoints = 3
+  # Check each checkpoint's CRC32 manifest before restoring it (a damaged one is moved
+  # aside and the previous one used). Costs a read of the checkpoint; off for huge runs.
+  c.checkpoint_verify = True
+  # Resume even though fields that change the math (vit_jax.train.resume.FIELDS) differ
+  # from the workdir's config.json; the change is logged in config_history.jsonl.
+  c.allow_config_change = False
   # Evaluators by name (vit_jax.evaluators): `type` (default: the name) and `every`
   # (> 0: every that many steps and at the end; 0: at the end only; < 0: never).
   c.evals = ml_collections.ConfigDict({

@@ -93,6 +93,17 @@ def _check_manual_files(spec: DatasetSpec, manual_dir: str) -> None:
         'download them there (or set config.manual_dir to where they are)')
 
 
+def _local_cause(e: BaseException) -> BaseException | None:
+  """The FileNotFoundError/UnreadableFolderError behind a TFDS error, if any."""
+  seen = []
+  while e is not None and e not in seen:
+    if isinstance(e, (FileNotFoundError, builders.image_folder.UnreadableFolderError)):
+      return e
+    seen.append(e)
+    e = e.__cause__ or e.__context__
+  return None
+
+
 def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = None):
   """Prepares the dataset into data_dir if it is not there yet; returns a fresh builder."""
   builder = make_builder(spec, data_dir)
@@ -110,8 +121,11 @@ def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = No
       except Exception as e:  # pylint: disable=broad-except
         # TFDS surfaces download, checksum and manual-dir problems as many error types;
         # each becomes one line naming the dataset and the data dir.
-        if isinstance(e, FileNotFoundError) and spec.local:
-          raise
+        if spec.local:
+          # Local files: no network is involved, so the cause itself is the message.
+          cause = _local_cause(e)
+          if cause is not None:
+            raise cause from None
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RuntimeError(
             f'Could not prepare {spec.tfds_name} into {root}: {first_line}. '

@@ -111,8 +111,10 @@ def load_pretrained(*,
   transformer = model_config.get('transformer') or {}
   # Fine-tuning retrains under tanh GELU anyway (the google/vit-* checkpoints were
   # trained with it), so transformers' exact-GELU configs are accepted here.
-  restored = npz.flatten(formats.read_params(
-      pretrained_path, num_heads=transformer.get('num_heads'), exact_gelu='accept'))
+  tree = formats.read_params(
+      pretrained_path, num_heads=transformer.get('num_heads'), exact_gelu='accept')
+  formats.check_finite(tree, pretrained_path)
+  restored = npz.flatten(tree)
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
   name = model_config.get('model_name') or 'the model'
   token_key = family.class_token_key

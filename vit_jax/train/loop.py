@@ -29,6 +29,7 @@ from vit_jax.train import checkpointer
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import preemption
+from vit_jax.train import resume
 from vit_jax.train import schedules
 from vit_jax.train import step as step_lib
 from vit_jax.train import timing
@@ -51,13 +52,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """
   mesh = sharding.make_mesh(config.mesh, devices)
   info = validate.validate(config, mesh)  # before anything is written
-  prepare_workdir(workdir)
+  changes = resume.check(config, workdir)
   model = from_config.build(config, info.num_classes)
   objective = objectives.make(config, model)
   schedule = schedules.make(config)
   tx = optimizers.make(config, schedule)
-  ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints)
+  prepare_workdir(workdir)
+  ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints,
+                                        verify=config.checkpoint_verify)
+  try:
+    return _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
+                  changes)
+  finally:
+    ckpt.close()  # also on errors: orbax's threads must not outlive the run
+
+
+def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
+           changes) -> dict:
+  """The loop of train_and_evaluate, from the initial state to params.npz."""
   state, shardings, start = _initial_state(config, mesh, objective, tx, ckpt, workdir)
+  if start and jax.process_index() == 0:
+    resume.record(config, workdir, changes, start)
   step_fn = step_lib.jit_train_step(step_lib.make_train_step(
       objective, tx, config.accum_steps, schedule), mesh, shardings)
   writer = writers.make_writer(workdir)
@@ -116,13 +131,13 @@ def _initial_state(config, mesh, objective, tx, ckpt, workdir) -> tuple[Any, Any
   init_fn = lambda r: step_lib.init_state(objective, tx, r, image_shape)  # noqa: E731
   abstract = jax.eval_shape(init_fn, rng)
   shardings = sharding.tree_shardings(abstract, mesh, config)
-  start = ckpt.latest_step()
-  if start is not None:
+  sharded = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      abstract, shardings)
+  state, start = ckpt.restore_latest(sharded)
+  if state is not None:
     logging.info('Resuming from %s/%d.', ckpt.directory, start)
-    abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        abstract, shardings)
-    return ckpt.restore(start, abstract), shardings, start
+    return state, shardings, start
   state = jax.jit(init_fn, out_shardings=shardings)(rng)
   path = validate.pretrained_file(config)
   if path:
@@ -235,11 +250,13 @@ class _Monitor:
     for i, m in enumerate(host_metrics):
       if not (np.isfinite(m['train_loss']) and np.isfinite(m['grad_norm'])):
         self._ckpt.close()
+        last = self._ckpt.latest_step()
+        kept = (f'The last good checkpoint is step {last} in {self._ckpt.directory}'
+                if last is not None else 'No checkpoint was written yet')
         raise NonFiniteError(
             f'Non-finite loss ({m["train_loss"]}) or gradient norm '
-            f'({m["grad_norm"]}) at step {first_step + i}; stopped. The last good '
-            f'checkpoint is step {self._ckpt.latest_step()} in '
-            f'{self._ckpt.directory}: lower base_lr or check the data.')
+            f'({m["grad_norm"]}) at step {first_step + i}; stopped. {kept}: lower '
+            'base_lr or check the data.')
 
   @contextlib.contextmanager
   def paused(self, state: Any):

@@ -5,6 +5,8 @@ each problem is a one-line ValueError/FileNotFoundError naming the key and what 
 Each stage checks its own part (schedule, optimizer, objective, model, data, evaluators);
 this module asks them in order.
 """
+import math
+
 import jax
 import ml_collections
 
@@ -22,10 +24,23 @@ _POSITIVE = ('batch', 'batch_eval', 'accum_steps', 'total_steps', 'log_every',
              'keep_checkpoints', 'data_shards')
 
 
+def _check_finite(config: ml_collections.ConfigDict, prefix: str = 'config') -> None:
+  """Rejects NaN and Inf anywhere in the config (a learning rate of nan runs silently)."""
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      _check_finite(value, f'{prefix}.{key}')
+    elif isinstance(value, float) and not math.isfinite(value):
+      raise ValueError(f'{prefix}.{key}={value} must be a finite number.')
+
+
 def _check_batches(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
   for key in _POSITIVE:
     if not isinstance(config[key], int) or config[key] < 1:
       raise ValueError(f'config.{key}={config[key]!r} must be a positive integer.')
+  for key in ('crop', 'resize'):
+    if not isinstance(config.pp[key], int) or config.pp[key] < 1:
+      raise ValueError(f'config.pp.{key}={config.pp[key]!r} must be a positive integer '
+                       '(pixels).')
   if config.checkpoint_every < 0:
     raise ValueError(f'config.checkpoint_every={config.checkpoint_every} must be >= 0 '
                      '(0 = only at the end).')
@@ -58,6 +73,7 @@ def pretrained_file(config: ml_collections.ConfigDict) -> str:
 def validate(config: ml_collections.ConfigDict,
              mesh: jax.sharding.Mesh) -> catalog.DatasetInfo:
   """Checks the whole config for a run on `mesh`; returns the dataset's info."""
+  _check_finite(config)
   _check_batches(config, mesh)
   if not config.peak_tflops >= 0:
     raise ValueError(f'config.peak_tflops={config.peak_tflops} must be >= 0 '

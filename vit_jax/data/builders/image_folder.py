@@ -41,6 +41,10 @@ IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 _LOGGED_SKIPS = 10
 
 
+class UnreadableFolderError(ValueError):
+  """Every image of a split of a local folder is unreadable."""
+
+
 def list_class_folder(folder: str) -> dict[str, list[str]]:
   """Returns {class name: sorted image file names} for `folder/<CLASS>/*.{jpg,jpeg,png}`."""
   classes = {}
@@ -120,19 +124,28 @@ def _examples(folder: str, classes: dict[str, list[str]], class_names, skipped: 
   """Yields (key, example) for every readable image; appends unreadable paths to skipped."""
   label_of = {name: i for i, name in enumerate(class_names)}
   skipped_before = len(skipped)
+  first_problem = None
+  yielded = 0
   for cls, files in classes.items():
     for f in files:
       path = os.path.join(folder, cls, f)
       problem = image_problem(path)
       if problem:
         skipped.append(path)
+        first_problem = first_problem or f'{path}: {problem}'
         if len(skipped) <= _LOGGED_SKIPS:
           logging.warning('Skipping unreadable image %s (%s)', path, problem)
         continue
       with open(path, 'rb') as fh:
         data = fh.read()
+      yielded += 1
       yield f'{cls}/{f}', {'image': data, 'label': label_of[cls],
                            'file_name': f'{cls}/{f}'}
+  if not yielded and first_problem:
+    raise UnreadableFolderError(
+        f'No readable image in {folder}: all {len(skipped) - skipped_before} files are '
+        f'unreadable (first: {first_problem.splitlines()[0][:200]}); replace them with '
+        'valid JPEG or PNG files.')
   if len(skipped) > skipped_before:
     logging.warning('%s: skipped %d unreadable image(s)', folder,
                     len(skipped) - skipped_before)

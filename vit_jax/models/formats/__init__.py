@@ -586,6 +586,19 @@ def is_other_format(path: str) -> bool:
       os.path.isdir(path) or path.lower().endswith(_STATE_EXTS))
 
 
+def check_finite(params: Mapping[str, Any], source: str) -> None:
+  """Raises a one-line ValueError naming the first parameter that holds NaN or Inf."""
+  for key, value in npz.flatten(params).items():
+    value = np.asarray(value)
+    if np.issubdtype(value.dtype, np.floating) or value.dtype.kind == 'V':
+      value = value.astype(np.float32)
+    if value.dtype.kind in 'fc' and not np.isfinite(value).all():
+      bad = int(np.size(value) - np.isfinite(value).sum())
+      raise ValueError(f'Checkpoint {source} holds NaN or Inf in {key} ({bad} of '
+                       f'{np.size(value)} values); it was saved from a diverged run or '
+                       'is damaged: use an earlier checkpoint.')
+
+
 def check_readable(path: str) -> None:
   """One-line error unless `path` is a checkpoint file or a transformers directory."""
   path = os.fspath(path)
@@ -595,6 +608,11 @@ def check_readable(path: str) -> None:
     raise ValueError(f'Checkpoint {path} is a directory without config.json: pass a '
                      'checkpoint file (.npz, .safetensors, .pth) or a transformers '
                      'model directory.')
+  elif any(os.path.exists(os.path.join(path, f)) for f in ('params.npz', 'checkpoints')):
+    # A vit_jax work directory also holds a config.json, of another kind.
+    raise ValueError(f'Checkpoint {path} is a vit_jax work directory, not a '
+                     f'transformers model directory: pass {path}/params.npz (written when its run '
+                     'finishes).')
 
 
 def read_params(path: str, *, num_heads: Optional[int] = None,
