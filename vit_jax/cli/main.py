@@ -8,6 +8,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from vit_jax.cli import common
 from vit_jax.parallel import distributed
 from vit_jax.train import loop
 from vit_jax.train import preemption
@@ -92,4 +93,5 @@ def _chain(e: BaseException) -> list[BaseException]:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.main`."""
+  common.list_flags_in_help()
   app.run(main, flags_parser=parse_flags)
