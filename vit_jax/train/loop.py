@@ -57,7 +57,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   schedule = schedules.make(config)
   tx = optimizers.make(config, schedule)
   ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints)
-  state, shardings, start = _initial_state(config, mesh, objective, tx, ckpt, workdir)
+  state, shardings, start = _initial_state(
+      resolved_config(config, info.num_classes), mesh, objective, tx, ckpt, workdir)
   step_fn = step_lib.jit_train_step(step_lib.make_train_step(
       objective, tx, config.accum_steps, schedule), mesh, shardings)
   writer = writers.make_writer(workdir)
@@ -94,6 +95,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   _export(objective.model_params(state.params), workdir)
   writer.flush()
   return {**final, 'step': config.total_steps}
+
+
+def resolved_config(config: ml_collections.ConfigDict,
+                    num_classes: int) -> ml_collections.ConfigDict:
+  """The config as run, written to config.json: num_classes filled in from the dataset."""
+  out = config.copy_and_resolve_references()
+  out.model.num_classes = num_classes
+  return out
 
 
 def prepare_workdir(workdir: str) -> None:
