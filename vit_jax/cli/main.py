@@ -6,6 +6,7 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
+import jax
 from ml_collections import config_flags
 
 from vit_jax.cli import common
@@ -40,7 +41,8 @@ def main(argv) -> None:
   if _CONFIG.value is None or not _WORKDIR.value:
     raise app.UsageError('Both --config and --workdir are required.')
   distributed.initialize()
-  logging.set_verbosity(logging.INFO)
+  # Only process 0 reports progress; the others speak up for warnings and errors.
+  logging.set_verbosity(logging.INFO if jax.process_index() == 0 else logging.WARNING)
   logging.get_absl_handler().addFilter(_QuietLibraries())
   try:
     final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
