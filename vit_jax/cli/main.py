@@ -41,9 +41,9 @@ def main(argv) -> None:
   if _CONFIG.value is None or not _WORKDIR.value:
     raise app.UsageError('Both --config and --workdir are required.')
   distributed.initialize()
+  logging.get_absl_handler().addFilter(_QuietLibraries())
   # Only process 0 reports progress; the others speak up for warnings and errors.
   logging.set_verbosity(logging.INFO if jax.process_index() == 0 else logging.WARNING)
-  logging.get_absl_handler().addFilter(_QuietLibraries())
   try:
     final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except preemption.Preempted as e:
