@@ -45,7 +45,9 @@ class HelpTest(absltest.TestCase):
              for name in COMMAND_FLAGS}
     for name, proc in procs.items():
       out, err = proc.communicate(timeout=300)
-      self.assertEqual(proc.returncode, 0, f'{name}: {err[-1000:]}')
+      # absl's --help exits with status 1 after printing the help.
+      self.assertIn(proc.returncode, (0, 1), f'{name}: {err[-1000:]}')
+      self.assertIn('flags:', out, f'{name}: {err[-1000:]}')
       for flag in COMMAND_FLAGS[name]:
         self.assertRegex(out, rf'--(\[no\])?{flag}\b', f'{name} --help lacks --{flag}')
       self.assertNotIn('--jax_', out, f'{name}: --help is for our flags; '
@@ -128,6 +130,19 @@ class TrainedWorkdirTest(absltest.TestCase):
       f.write('{"step": 1, "train_loss": 2.0}\nnot json\n')
     with self.assertRaisesRegex(ValueError, 'line 2 is not a metrics record'):
       curves.read_metrics(empty)
+
+
+class PackagingTest(absltest.TestCase):
+
+  def test_a_plain_install_ships_every_module(self):
+    # `pip install .` (not -e) copies only what find_packages finds: a folder of modules
+    # without __init__.py would be left out and the commands fail after installing.
+    import setuptools  # pylint: disable=g-import-not-at-top
+    found = set(setuptools.find_packages(REPO, include=['vit_jax', 'vit_jax.*']))
+    folders = {os.path.relpath(root, REPO).replace(os.sep, '.')
+               for root, _, files in os.walk(os.path.join(REPO, 'vit_jax'))
+               if any(f.endswith('.py') for f in files) and '__pycache__' not in root}
+    self.assertEqual(folders - found, set())
 
 
 class ExampleImagesTest(absltest.TestCase):
