@@ -182,8 +182,11 @@ class OtherModelsTest(absltest.TestCase):
     out = self.create_tempdir().full_path
     written = visualize.write_figures(loaded, [], out)
     self.assertEqual([os.path.basename(p) for p in written], ['embedding_filters.png'])
+    self.assertEqual(_png_size(written[0])[2], (600, 420))  # the labelled figure
     # 16 filters of 16x16x3: 16 components, 3x upscaled to 48 px, 7 per row.
-    self.assertEqual(_png_size(written[0])[2], (7 * 48 + 6 * 2, 3 * 48 + 2 * 2))
+    grid = visualize.render_filters(visualize.filter_components(
+        visualize.embedding_kernel(loaded.model, loaded.params)))
+    self.assertEqual(grid.shape, (3 * 48 + 2 * 2, 7 * 48 + 6 * 2, 3))
 
   def test_hybrid_and_gap_models(self):
     hybrid = models.get_model('R+ViT-Ti_16', num_classes=5, num_layers=1)
