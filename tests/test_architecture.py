@@ -14,7 +14,7 @@ ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.
 ENTRY = {'__init__': ('_moved',), '_moved': (), 'main': ('cli',), 'predict': ('cli',),
          'visualize': ('cli',), 'fewshot': ('cli',), 'convert': ('cli',),
-         'export': ('cli',)}
+         'export': ('cli',), 'plot': ('cli',)}
 
 
 def _stage(module: str) -> str:

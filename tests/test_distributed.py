@@ -80,8 +80,8 @@ class SettingsTest(parameterized.TestCase):
 
 
 def _launch(num_processes: int, devices_per_process: int, workdir: str,
-            cache_dir: str) -> None:
-  """Runs the quickstart through launch/local.sh; fails the test with its log tail."""
+            cache_dir: str) -> str:
+  """Runs the quickstart through launch/local.sh; returns its log, fails with its tail."""
   env = {k: v for k, v in os.environ.items()
          if not k.startswith('VIT_JAX_') and k != 'XLA_FLAGS'}
   env.update(PYTHON=sys.executable, DEVICES_PER_PROCESS=str(devices_per_process),
@@ -97,6 +97,7 @@ def _launch(num_processes: int, devices_per_process: int, workdir: str,
     raise AssertionError(f'{num_processes}x{devices_per_process} run failed '
                          f'({result.returncode}):\n{result.stdout[-4000:]}\n'
                          f'{result.stderr[-4000:]}')
+  return result.stdout + result.stderr
 
 
 def _losses(workdir: str) -> dict[int, float]:
@@ -137,7 +138,7 @@ class MultiProcessTest(absltest.TestCase):
     cls.cache = os.path.join(cls.root, 'jax_cache')
     # One process first: it also prepares the dataset the later runs share.
     _launch(1, 4, cls.one_by_four, cls.cache)
-    _launch(2, 2, cls.two_by_two, cls.cache)
+    cls.two_by_two_log = _launch(2, 2, cls.two_by_two, cls.cache)
     cls.losses = _losses(cls.one_by_four)
     cls.params = checkpoint.load(os.path.join(cls.one_by_four, loop.PARAMS_FILE))
 
@@ -167,6 +168,14 @@ class MultiProcessTest(absltest.TestCase):
   def test_two_processes_reproduce_one_process(self):
     self.assertEqual(sorted(self.losses), list(range(1, 7)))
     self.assert_matches_one_by_four(self.two_by_two, range(1, 7))
+
+  def test_only_process_0_logs_progress(self):
+    lines = self.two_by_two_log.splitlines()
+    self.assertTrue(any(l.startswith('[p0]') and 'step 6/6' in l for l in lines),
+                    self.two_by_two_log[-2000:])
+    # Process 1 keeps only the runtime's connection lines (jax, Gloo).
+    self.assertEqual([l for l in lines if l.startswith('[p1]') and
+                      ('loop.py' in l or 'main.py' in l)], [])
 
   def test_resume_two_process_checkpoint_on_one_process(self):
     # The other direction (1x4 written, 2x2 resumed) takes the same orbax path; it is left

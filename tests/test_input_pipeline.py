@@ -188,6 +188,11 @@ class TrainPipelineTest(parameterized.TestCase):
       input_pipeline.train_dataset(_tiny(**{'pp.train': 'inception'}), [0])
     with self.assertRaisesRegex(ValueError, 'pp.resize=8 is smaller than config.pp.crop=9'):
       input_pipeline.train_dataset(_tiny(**{'pp.train': 'finetune', 'pp.crop': 9}), [0])
+    # Padding makes room for the crop; a negative pad is refused.
+    input_pipeline.train_dataset(
+        _tiny(**{'pp.train': 'finetune', 'pp.crop': 10, 'pp.pad': 1}), [0])
+    with self.assertRaisesRegex(ValueError, r'config.pp.pad=-1: use an integer >= 0'):
+      input_pipeline.train_dataset(_tiny(**{'pp.train': 'finetune', 'pp.pad': -1}), [0])
     with self.assertRaisesRegex(ValueError, '64 examples, fewer than config.data_shards=128'):
       input_pipeline.train_dataset(_tiny(batch=128, data_shards=128), [0])
 

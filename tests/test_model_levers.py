@@ -7,6 +7,7 @@ import numpy as np
 
 from vit_jax import models
 from vit_jax.models import attention
+from vit_jax.models import vit
 
 KW = dict(num_layers=2, num_classes=4)
 
@@ -114,6 +115,12 @@ class LeverErrorTest(absltest.TestCase):
   def test_unknown_remat(self):
     with self.assertRaisesRegex(ValueError, "Unknown remat 'dot'"):
       self._init(remat='dot')
+
+  def test_remat_from_the_command_line(self):
+    # --config.model.remat=True reaches the string field as 'True' (the original's bool).
+    self.assertEqual([vit.remat_policy(v) for v in ('True', 'true', 'False', True, False)],
+                     ['full', 'full', 'none', 'full', 'none'])
+    self._init(remat='True')
 
   def test_unknown_patch_embedding(self):
     with self.assertRaisesRegex(ValueError, "Unknown patch_embedding 'fft'"):

@@ -104,6 +104,20 @@ class RecipeTest(parameterized.TestCase):
     self.assertTrue(any(np.array_equal(f, plain[:, ::-1]) for f in flipped))
     self.assertTrue(any(np.array_equal(f, plain) for f in flipped))
 
+  def test_pad_shifts_the_image_by_at_most_pad_pixels(self):
+    image = np.zeros((16, 16, 3), np.uint8)
+    image[7, 9] = 255
+    data = tf.io.encode_png(tf.constant(image))
+    pp = _pp(train='finetune', resize=16, crop=16, pad=2, flip=False)
+    shifts = set()
+    for s in range(30):
+      out = preprocess.train_image(data, _seed(s), pp).numpy()
+      (y,), (x,) = np.nonzero(out[..., 0])  # the one bright pixel, moved
+      shifts.add((y - 7, x - 9))
+      self.assertEqual(out.sum(), 3 * 255)  # shifted, neither resized nor cut
+    self.assertTrue(all(abs(dy) <= 2 and abs(dx) <= 2 for dy, dx in shifts))
+    self.assertGreater(len(shifts), 5)
+
   @parameterized.parameters('central_crop', 'resize')
   def test_eval_recipes(self, recipe):
     image = tf.constant(np.random.default_rng(10).integers(0, 256, (30, 40, 3), np.uint8))

@@ -197,6 +197,7 @@ class NumericsTest(absltest.TestCase):
       c = configs.load(os.path.join(REPO, 'configs', 'quickstart.py'))
       c.update(dict(total_steps=60, warmup_steps=10, log_every=10,
                     checkpoint_every=0, batch=64, eval_split='test[:200]'))
+      c.model.num_layers = 2  # the quickstart's blocks, fewer of them: seconds, not minutes
       c.evals.test.every = 0
       c.model.dtype = dtype
       workdir = self.create_tempdir().full_path

@@ -132,18 +132,24 @@ class TrainedModelTest(absltest.TestCase):
         env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     expected = {
-        # Drawn at 224 px: input, weighted input and heat map side by side.
-        'attention_rollout_0.png': (672, 224),
-        'attention_rollout_1.png': (672, 224),
-        'posemb_similarity.png': (134, 134),
-        # 28 components of the 32 filters of 7x7x3, 6x upscaled to 42 px, 7 per row.
-        'embedding_filters.png': (7 * 42 + 6 * 2, 4 * 42 + 3 * 2),
-        'attention_distance.png': (400, 400),
+        # Labelled figures (title, colour bar, caption) at 100 dpi; the rollouts are
+        # named after their input files.
+        'attention_rollout_chelsea.png': (1000, 380),
+        'attention_rollout_coffee.png': (1000, 380),
+        'posemb_similarity.png': (560, 500),
+        'embedding_filters.png': (600, 420),
+        'attention_distance.png': (400, 440),
     }
     self.assertEqual(sorted(os.listdir(out)), sorted(expected))
     for name, size in expected.items():
       self.assertEqual(_png_size(os.path.join(out, name)), ('PNG', 'RGB', size),
                        name)
+
+  def test_rollout_files_are_named_after_the_inputs(self):
+    self.assertEqual(
+        visualize.rollout_names(['a/cat.jpg', 'b/cat.png', 'my digit.png']),
+        ['attention_rollout_cat.png', 'attention_rollout_cat_2.png',
+         'attention_rollout_my_digit.png'])
 
   def test_bad_image_writes_nothing(self):
     out = os.path.join(self.create_tempdir().full_path, 'figures')
@@ -176,8 +182,11 @@ class OtherModelsTest(absltest.TestCase):
     out = self.create_tempdir().full_path
     written = visualize.write_figures(loaded, [], out)
     self.assertEqual([os.path.basename(p) for p in written], ['embedding_filters.png'])
+    self.assertEqual(_png_size(written[0])[2], (600, 420))  # the labelled figure
     # 16 filters of 16x16x3: 16 components, 3x upscaled to 48 px, 7 per row.
-    self.assertEqual(_png_size(written[0])[2], (7 * 48 + 6 * 2, 3 * 48 + 2 * 2))
+    grid = visualize.render_filters(visualize.filter_components(
+        visualize.embedding_kernel(loaded.model, loaded.params)))
+    self.assertEqual(grid.shape, (3 * 48 + 2 * 2, 7 * 48 + 6 * 2, 3))
 
   def test_hybrid_and_gap_models(self):
     hybrid = models.get_model('R+ViT-Ti_16', num_classes=5, num_layers=1)

@@ -15,10 +15,24 @@ def define_checkpoint_flags() -> None:
                       required=True)
 
 
+def list_flags_in_help(fv: flags.FlagValues = flags.FLAGS) -> None:
+  """Makes `--help` list every flag the package defined, wherever it was defined.
+
+  absl's --help shows only the key flags of the file named by sys.argv[0] (the thin
+  `vit_jax/<command>.py` entry point, which defines none); --helpfull adds the
+  libraries' flags too.
+  """
+  for module, module_flags in fv.flags_by_module_dict().items():
+    if module.startswith('vit_jax') or '/vit_jax/' in module:
+      for flag in module_flags:
+        fv.register_key_flag_for_module(sys.argv[0], flag)
+
+
 def run_command(prog: str, define_flags: Callable[[], None], main_fn: Callable,
                 errors: tuple) -> None:
   """Runs an absl main with one-line errors (`prog: error: ...`) instead of tracebacks."""
   define_flags()
+  list_flags_in_help()
   try:
     app.run(main_fn)
   except errors as e:

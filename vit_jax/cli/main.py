@@ -6,8 +6,10 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
+import jax
 from ml_collections import config_flags
 
+from vit_jax.cli import common
 from vit_jax.parallel import distributed
 from vit_jax.train import loop
 from vit_jax.train import preemption
@@ -39,8 +41,9 @@ def main(argv) -> None:
   if _CONFIG.value is None or not _WORKDIR.value:
     raise app.UsageError('Both --config and --workdir are required.')
   distributed.initialize()
-  logging.set_verbosity(logging.INFO)
   logging.get_absl_handler().addFilter(_QuietLibraries())
+  # Only process 0 reports progress; the others speak up for warnings and errors.
+  logging.set_verbosity(logging.INFO if jax.process_index() == 0 else logging.WARNING)
   try:
     final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except preemption.Preempted as e:
@@ -98,4 +101,5 @@ def _chain(e: BaseException) -> list[BaseException]:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.main`."""
+  common.list_flags_in_help()
   app.run(main, flags_parser=parse_flags)

@@ -8,9 +8,10 @@ interpolating the position embeddings. Images of any size are resized to it
 (bilinear, no crop: the original vit_jax evaluation) and scaled to [-1, 1].
 Class names: --labels=imagenet1k|imagenet21k (shipped in vit_jax/labels/) or
 a dataset name as in config.dataset (cifar10, mnist5k, tfds:NAME, ...); by
-default imagenet1k for 1,000 outputs, imagenet21k for 21,843, else indices.
+default the dataset of the config.json beside the checkpoint (a vit_jax work
+directory), else imagenet1k for 1,000 outputs, imagenet21k for 21,843, else indices.
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -27,7 +28,8 @@ FLAGS = flags.FLAGS
 def _define_flags() -> None:
   common.define_checkpoint_flags()
   flags.DEFINE_string('labels', None, 'imagenet1k | imagenet21k | a dataset name '
-                      '(as in config.dataset); default: by the number of outputs.')
+                      '(as in config.dataset); default: the dataset of the config.json '
+                      'beside the checkpoint, else by the number of outputs.')
   flags.DEFINE_integer('resolution', None, 'Input resolution; default: the '
                        "checkpoint's.")
   flags.DEFINE_enum('activation', 'auto', ['auto', 'softmax', 'sigmoid'],
@@ -44,9 +46,7 @@ def main(argv: Sequence[str]) -> None:
   if not paths:
     raise app.UsageError('Name at least one image file.')
   loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution)
-  labels = FLAGS.labels or labels_lib.default_labels(loaded.num_classes)
-  names = (labels_lib.load_label_names(labels, FLAGS.data_dir) if labels else
-           [f'class {i}' for i in range(loaded.num_classes)])
+  labels, names = _class_names(FLAGS.checkpoint, loaded.num_classes)
   activation = FLAGS.activation
   if activation == 'auto':
     activation = 'sigmoid' if labels == 'imagenet21k' else 'softmax'
@@ -55,6 +55,27 @@ def main(argv: Sequence[str]) -> None:
     print(path)
     for name, prob in best:
       print(f'  {prob:7.2%}  {name}')
+
+
+def _class_names(checkpoint: str, num_classes: int) -> tuple[Optional[str], list[str]]:
+  """(label set, names): --labels, else the training run's dataset, else by size."""
+  if FLAGS.labels:
+    return FLAGS.labels, labels_lib.load_label_names(FLAGS.labels, FLAGS.data_dir)
+  trained_on = load.workdir_dataset(checkpoint)
+  if trained_on:
+    dataset, data_dir = trained_on
+    try:
+      names = labels_lib.load_label_names(dataset, FLAGS.data_dir or data_dir)
+    except (ValueError, OSError, RuntimeError) as e:
+      logging.warning('No class names from %s (%s); printing class indices.',
+                      load.workdir_config_path(checkpoint), e)
+      names = []
+    if len(names) == num_classes:
+      return dataset, names
+  labels = labels_lib.default_labels(num_classes)
+  if labels:
+    return labels, labels_lib.load_label_names(labels, FLAGS.data_dir)
+  return None, [f'class {i}' for i in range(num_classes)]
 
 
 def run() -> None:

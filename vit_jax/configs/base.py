@@ -52,6 +52,7 @@ def get_base_config() -> ml_collections.ConfigDict:
       'crop': 384,                # training/eval resolution
       'resize': 448,              # resize before crop (finetune, central_crop)
       'flip': True,
+      'pad': 0,                   # finetune: zero pixels added on every side before the crop (shifts)
       'min_area': 0.05,           # inception crop area range
       'mixup': 0.0,               # mixup alpha; 0 = off
       'label_smoothing': 0.0,

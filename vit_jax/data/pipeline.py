@@ -131,9 +131,13 @@ def check_train_config(config, info) -> None:
   if pp.train not in preprocess.TRAIN_RECIPES:
     raise ValueError(f'config.pp.train={pp.train!r}; use one of '
                      f'{", ".join(preprocess.TRAIN_RECIPES)}')
-  if pp.train == 'finetune' and pp.resize < pp.crop:
+  pad = pp.get('pad', 0)
+  if not isinstance(pad, int) or pad < 0:
+    raise ValueError(f'config.pp.pad={pad!r}: use an integer >= 0 (pixels).')
+  if pp.train == 'finetune' and pp.resize + 2 * pad < pp.crop:
     raise ValueError(f'config.pp.resize={pp.resize} is smaller than config.pp.crop='
-                     f'{pp.crop}: the finetune recipe crops pp.crop out of pp.resize')
+                     f'{pp.crop} (with config.pp.pad={pad} on each side): the finetune '
+                     'recipe crops pp.crop out of pp.resize + 2 x pp.pad')
   if not 0 < pp.min_area <= 1:
     raise ValueError(f'config.pp.min_area={pp.min_area} must be in (0, 1]')
   if pp.num_channels not in (1, 3):

@@ -13,7 +13,8 @@ Recipes (config.pp.train / config.pp.eval):
                       optional horizontal flip: the paper's pre-training recipe.
   finetune_inception  the same inception crop, used for fine-tuning: the original
                       vit_jax's fine-tuning recipe (configs/vit.py, configs/augreg.py).
-  finetune            resize to pp.resize, random pp.crop crop, optional flip.
+  finetune            resize to pp.resize, pad pp.pad zero pixels on every side, random
+                      pp.crop crop, optional flip.
   central_crop (eval) resize to pp.resize, central pp.crop crop (pre-training recipes, with
                       pp.keep_aspect).
   resize (eval)       resize straight to pp.crop (the original vit_jax evaluation).
@@ -98,6 +99,9 @@ def train_image(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1) -> tf.Tens
     image = inception_crop(data, crop_seed, pp.min_area, pp.crop, channels, scale)
   elif pp.train == 'finetune':
     image = resize(_scale(decode(data, channels), scale), pp.resize, pp.get('keep_aspect'))
+    pad = pp.get('pad', 0)
+    if pad:
+      image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
     image = tf.image.stateless_random_crop(image, [pp.crop, pp.crop, channels], crop_seed)
   else:
     raise ValueError(f'config.pp.train={pp.train!r}; use one of {", ".join(TRAIN_RECIPES)}')

@@ -22,8 +22,11 @@ on first use (seconds), since that needs no network.
 """
 import contextlib
 import fcntl
+import io
+import logging
 import os
 
+from absl import logging as absl_logging
 import tensorflow_datasets as tfds
 
 from vit_jax import fileio
@@ -52,13 +55,48 @@ def resolve(name: str) -> DatasetSpec:
   raise ValueError(f'Unknown dataset {name!r}; known: {", ".join(known_names())}')
 
 
+class _CustomConfigFilter(logging.Filter):
+  """Drops TFDS's 'Using custom data configuration' warning: our builders are made so."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith('Using custom data configuration')
+
+
+@contextlib.contextmanager
+def _custom_config_quiet():
+  """Keeps the builder's config warning (once per builder made) out of the log."""
+  quiet = _CustomConfigFilter()
+  logger = logging.getLogger('absl')
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def _preparation_quiet():
+  """Keeps TFDS's stdout banners and progress bars out of the run log while preparing.
+
+  TFDS prints 'Downloading and preparing dataset Unknown size' even for data that
+  downloads nothing; the caller logs one line of its own instead.
+  """
+  tfds.display_progress_bar(False)
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      yield
+  finally:
+    tfds.display_progress_bar(True)  # TFDS's default
+
+
 def make_builder(spec: DatasetSpec, data_dir: str | None):
   """Returns the TFDS builder of a spec (not prepared)."""
   kwargs = {'data_dir': data_dir}
   if spec.builder_config is not None:
     kwargs['config'] = spec.builder_config
   try:
-    return tfds.builder(spec.tfds_name, **kwargs)
+    with _custom_config_quiet():
+      return tfds.builder(spec.tfds_name, **kwargs)
   except tfds.core.registered.DatasetNotFoundError as e:
     raise ValueError(f'TFDS has no dataset {spec.tfds_name!r} '
                      f'(known here: {", ".join(known_names())})') from e
@@ -115,9 +153,14 @@ def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = No
   with _lock(root, f'{builder.name}_{builder.builder_config.name if builder.builder_config else ""}'):
     builder = make_builder(spec, data_dir)  # Another process may have prepared it meanwhile.
     if not is_prepared(builder):
+      absl_logging.info('Preparing %s into %s (first use only).', spec.tfds_name,
+                        builder.data_dir)
       try:
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+        # Downloads keep TFDS's progress bars; local data is prepared in seconds.
+        quiet = _preparation_quiet() if spec.local else contextlib.nullcontext()
+        with quiet, _custom_config_quiet():
+          builder.download_and_prepare(
+              download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
       except Exception as e:  # pylint: disable=broad-except
         # TFDS surfaces download, checksum and manual-dir problems as many error types;
         # each becomes one line naming the dataset and the data dir.

@@ -1,17 +1,18 @@
 r"""The ViT paper's pictures of what a model learned, as PNG files or image arrays.
 
-`write_figures` (the `python -m vit_jax.visualize` command) writes into a directory:
-  attention_rollout_<i>.png  Fig. 6: each image (at least 224 px), the image weighted by
-                             the attention rollout (Abnar & Zuidema, 2020) from the
+`write_figures` (the `python -m vit_jax.visualize` command) writes into a directory
+labelled figures (title, axes, colour bar, a caption saying what a tile is):
+  attention_rollout_<image>.png  Fig. 6: each image (at least 224 px), the image weighted
+                             by the attention rollout (Abnar & Zuidema, 2020) from the
                              output token to the patches, and the rollout as a heat map;
-                             one file per image.
+                             one file per image, named after it.
   posemb_similarity.png      Fig. 7 centre: for every patch position (tile), the cosine
                              similarity of its position embedding to all others
                              (viridis, -1..1).
   embedding_filters.png      Fig. 7 left: the first 28 principal components of the
                              RGB patch-embedding filters.
   attention_distance.png     Fig. 7 right: mean attention distance in pixels of every
-                             head against depth (needs matplotlib: vit_jax[viz]).
+                             head against depth.
 Figures that need images (rollout, distance) are written only when images are
 given; MLP-Mixers have only the filters; hybrids have no RGB filters.
 `summary_images` gives the first two as uint8 arrays for TensorBoard.
@@ -19,6 +20,7 @@ given; MLP-Mixers have only the filters; hybrids have no RGB filters.
 from collections.abc import Mapping, Sequence
 import io
 import os
+import re
 from typing import Any
 
 from flax import traverse_util
@@ -152,6 +154,14 @@ def attention_rollout(weights: np.ndarray, has_token: bool,
   return maps.astype(np.float32)
 
 
+def _rollout_panels(image: np.ndarray, heat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(uint8 image weighted by the map, the map upsampled to the image in [0, 1])."""
+  h, w = image.shape[:2]
+  mask = Image.fromarray(heat.astype(np.float32)).resize((w, h), Image.BILINEAR)
+  mask = np.clip(np.asarray(mask), 0.0, 1.0)
+  return np.round(image * mask[..., None]).astype(np.uint8), mask
+
+
 def rollout_pictures(images: np.ndarray, maps: np.ndarray) -> np.ndarray:
   """uint8 [N, H, 3W, 3]: input | input weighted by the upsampled map | the map (viridis).
 
@@ -159,11 +169,7 @@ def rollout_pictures(images: np.ndarray, maps: np.ndarray) -> np.ndarray:
   """
   pictures = []
   for image, heat in zip(to_uint8(images), maps):
-    h, w = image.shape[:2]
-    mask = Image.fromarray(heat.astype(np.float32)).resize(
-        (w, h), Image.BILINEAR)
-    mask = np.clip(np.asarray(mask), 0.0, 1.0)
-    masked = np.round(image * mask[..., None]).astype(np.uint8)
+    masked, mask = _rollout_panels(image, heat)
     pictures.append(np.concatenate([image, masked, colormap(mask, 0.0, 1.0)],
                                    axis=1))
   return np.stack(pictures)
@@ -235,16 +241,10 @@ def mean_attention_distance(weights: np.ndarray, has_token: bool,
 
 
 def render_attention_distance(distance: np.ndarray, image_size: int) -> np.ndarray:
-  """uint8 [400, 400, 3] scatter plot: one dot per head against network depth."""
-  try:
-    from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
-    from matplotlib import figure  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise ImportError('The attention-distance plot needs matplotlib: pip install '
-                      "'vit_jax[viz]' (or matplotlib).") from None
-  fig = figure.Figure(figsize=(4, 4), dpi=100)
-  backend_agg.FigureCanvasAgg(fig)
+  """uint8 [440, 400, 3] scatter plot: one dot per head against network depth."""
+  fig = new_figure(4, 4.4)
   ax = fig.add_subplot(1, 1, 1)
+  ax.set_title('Mean attention distance (ViT Fig. 7 right)', fontsize=9)
   layers, heads = distance.shape
   for h in range(heads):
     ax.scatter(np.arange(1, layers + 1), distance[:, h], s=12,
@@ -255,9 +255,108 @@ def render_attention_distance(distance: np.ndarray, image_size: int) -> np.ndarr
   ax.set_xlim(0.5, layers + 0.5)
   if heads <= 16:
     ax.legend(fontsize=6, ncol=2, loc='lower right')
-  fig.tight_layout()
+  _caption(fig, 'Each dot: one head; mean distance from a patch to what it attends to.')
+  fig.tight_layout(rect=(0, 0.06, 1, 1))
+  return figure_pixels(fig)
+
+
+# ----------------------------------------------------------------------------
+# Labelled figures for files: title, axes, colour bar and a caption (matplotlib).
+
+
+def new_figure(width: float, height: float) -> Any:
+  """An off-screen matplotlib Figure of width x height inches at 100 dpi."""
+  # Imported here so that TensorBoard summaries and training never load matplotlib.
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+  fig = figure.Figure(figsize=(width, height), dpi=100)
+  backend_agg.FigureCanvasAgg(fig)
+  return fig
+
+
+def figure_pixels(fig: Any) -> np.ndarray:
+  """uint8 [H, W, 3] of a drawn figure."""
   fig.canvas.draw()
   return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
+def _caption(fig: Any, text: str) -> None:
+  fig.text(0.5, 0.01, text, ha='center', va='bottom', fontsize=7, wrap=True,
+           color='0.25')
+
+
+def _viridis_bar(fig: Any, ax: Any, low: float, high: float, label: str) -> None:
+  """A colour bar of the same viridis the tiles are drawn with."""
+  from matplotlib import cm  # pylint: disable=g-import-not-at-top
+  from matplotlib import colors  # pylint: disable=g-import-not-at-top
+  cmap = colors.LinearSegmentedColormap.from_list('vit_viridis', _VIRIDIS / 255.0)
+  bar = cm.ScalarMappable(norm=colors.Normalize(low, high), cmap=cmap)
+  fig.colorbar(bar, ax=ax, fraction=0.046, pad=0.03, label=label)
+
+
+def labelled_rollout(image: np.ndarray, heat: np.ndarray, name: str) -> np.ndarray:
+  """Fig. 6 for one input: input | input x rollout | rollout map with its colour bar."""
+  image = to_uint8(image)
+  masked, mask = _rollout_panels(image, heat)
+  fig = new_figure(10, 3.8)
+  axes = fig.subplots(1, 3)
+  axes[0].imshow(image)
+  axes[0].set_title('input', fontsize=9)
+  axes[1].imshow(masked)
+  axes[1].set_title('input x attention rollout', fontsize=9)
+  axes[2].imshow(colormap(mask, 0.0, 1.0))
+  axes[2].set_title('attention rollout', fontsize=9)
+  for ax in axes:
+    ax.set_xticks([])
+    ax.set_yticks([])
+  _viridis_bar(fig, axes[2], 0.0, 1.0, 'attention to the patch (max = 1)')
+  fig.suptitle(f'{name}: attention rollout (ViT Fig. 6)', fontsize=11)
+  _caption(fig, 'Attention of the output token to each patch through all layers: '
+           'heads averaged, residual added, layers multiplied (Abnar & Zuidema, 2020).')
+  fig.subplots_adjust(left=0.01, right=0.93, top=0.85, bottom=0.08, wspace=0.05)
+  return figure_pixels(fig)
+
+
+def labelled_posemb_similarity(sim: np.ndarray) -> np.ndarray:
+  """Fig. 7 centre with patch row/column axes, a -1..1 colour bar and a caption."""
+  rows, cols = sim.shape[:2]
+  grid = render_posemb_similarity(sim)
+  tile_h = (grid.shape[0] + _GAP) / rows
+  tile_w = (grid.shape[1] + _GAP) / cols
+  fig = new_figure(5.6, 5)
+  ax = fig.add_subplot(1, 1, 1)
+  ax.imshow(grid, interpolation='nearest')
+  step = max(1, -(-max(rows, cols) // 12))  # at most ~12 tick labels per axis
+  ax.set_xticks([(c + 0.5) * tile_w - _GAP / 2 for c in range(0, cols, step)],
+                [str(c + 1) for c in range(0, cols, step)])
+  ax.set_yticks([(r + 0.5) * tile_h - _GAP / 2 for r in range(0, rows, step)],
+                [str(r + 1) for r in range(0, rows, step)])
+  ax.tick_params(length=0, labelsize=8)
+  ax.set_xlabel('Input patch column')
+  ax.set_ylabel('Input patch row')
+  ax.set_title('Position embedding similarity (ViT Fig. 7 centre)', fontsize=10)
+  _viridis_bar(fig, ax, -1.0, 1.0, 'cosine similarity')
+  _caption(fig, 'Tile (row, column): similarity of that patch\'s position embedding '
+           'to the position embeddings of all patches.')
+  fig.subplots_adjust(left=0.1, right=0.86, top=0.92, bottom=0.14)
+  return figure_pixels(fig)
+
+
+def labelled_filters(components: np.ndarray) -> np.ndarray:
+  """Fig. 7 left with a title and a caption."""
+  grid = render_filters(components)
+  fig = new_figure(6, 4.2)
+  ax = fig.add_subplot(1, 1, 1)
+  ax.imshow(grid, interpolation='nearest')
+  ax.set_xticks([])
+  ax.set_yticks([])
+  ph, pw = components.shape[1:3]
+  ax.set_title(f'RGB embedding filters: first {len(components)} principal components '
+               '(ViT Fig. 7 left)', fontsize=9)
+  _caption(fig, f'Each tile: one principal component of the {ph}x{pw}-pixel RGB '
+           'patch-embedding filters, stretched to its own range.')
+  fig.subplots_adjust(left=0.03, right=0.97, top=0.9, bottom=0.1)
+  return figure_pixels(fig)
 
 
 # ----------------------------------------------------------------------------
@@ -297,6 +396,18 @@ def write_png(image: np.ndarray, path: str) -> None:
   fileio.atomic_write(path, buffer.getvalue())
 
 
+def rollout_names(image_paths: Sequence[str]) -> list[str]:
+  """attention_rollout_<stem>.png per input; repeated stems get _2, _3, ..."""
+  names, seen = [], {}
+  for path in image_paths:
+    stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+    stem = re.sub(r'[^A-Za-z0-9_.-]+', '_', stem) or 'image'
+    seen[stem] = seen.get(stem, 0) + 1
+    suffix = f'_{seen[stem]}' if seen[stem] > 1 else ''
+    names.append(f'attention_rollout_{stem}{suffix}.png')
+  return names
+
+
 def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
                   out_dir: str) -> list[str]:
   """Writes every figure that applies to the model into `out_dir`; returns the paths."""
@@ -313,21 +424,21 @@ def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
   figures = {}
   embeddings = posemb(model, params)
   if embeddings is not None:
-    figures['posemb_similarity.png'] = render_posemb_similarity(posemb_similarity(
+    figures['posemb_similarity.png'] = labelled_posemb_similarity(posemb_similarity(
         embeddings, _has_token(model), patch_grid(model, params)))
   if images is not None and has_attention(model):
     grid = patch_grid(model, params)
     weights = attention_weights(model, params, images)
-    pictures = rollout_pictures(
-        np.stack(display), attention_rollout(weights, _has_token(model), grid))
-    for i, picture in enumerate(pictures):
-      figures[f'attention_rollout_{i}.png'] = picture
+    maps = attention_rollout(weights, _has_token(model), grid)
+    for path, name, image, heat in zip(image_paths, rollout_names(image_paths),
+                                       display, maps):
+      figures[name] = labelled_rollout(image, heat, os.path.basename(path))
     distance = mean_attention_distance(
         weights, _has_token(model), grid, load.model_stride(model))
     figures['attention_distance.png'] = render_attention_distance(
         distance, loaded.resolution)
   if family.rgb_filters(model, params) is not None:
-    figures['embedding_filters.png'] = render_filters(
+    figures['embedding_filters.png'] = labelled_filters(
         filter_components(embedding_kernel(model, params)))
   os.makedirs(out_dir, exist_ok=True)
   written = []

@@ -61,9 +61,27 @@ def model_stride(model: nn.Module) -> int:
   return probe // math.isqrt(tokens)
 
 
+def workdir_config_path(checkpoint_path: str) -> str:
+  """The config.json a training run leaves beside its params.npz."""
+  return os.path.join(os.path.dirname(os.path.abspath(checkpoint_path)), CONFIG_FILE)
+
+
+def workdir_dataset(checkpoint_path: str) -> Optional[tuple[str, Optional[str]]]:
+  """(dataset, data_dir) of the run whose config.json sits beside the checkpoint, if any."""
+  path = workdir_config_path(checkpoint_path)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path) as f:
+      config = json.load(f)
+    return str(config['dataset']), config.get('data_dir')
+  except (ValueError, KeyError, TypeError, OSError):
+    return None  # not a vit_jax config: the labels fall back to class indices
+
+
 def workdir_model(checkpoint_path: str) -> tuple[str, dict[str, Any]]:
   """(model_name, get_model overrides) from the config.json beside a workdir's params.npz."""
-  path = os.path.join(os.path.dirname(os.path.abspath(checkpoint_path)), CONFIG_FILE)
+  path = workdir_config_path(checkpoint_path)
   if not os.path.exists(path):
     raise ValueError(f'No --model given and no {path}: name the preset with --model '
                      '(e.g. --model=ViT-B_16), or pass the params.npz of a vit_jax '

@@ -24,9 +24,10 @@ REMAT_POLICIES = ('none',) + tuple(_POLICY_FNS)
 
 def remat_policy(remat: Any) -> str:
   """Normalises the `remat` field (bool or policy name) to a policy name."""
-  if remat is False or remat is None:
+  # The command line gives the string field 'True'/'False' (the original repo's bool).
+  if remat is False or remat is None or str(remat).lower() == 'false':
     return 'none'
-  if remat is True:
+  if remat is True or str(remat).lower() == 'true':
     return 'full'
   if remat not in REMAT_POLICIES:
     raise ValueError(f'Unknown remat {remat!r}; use a bool or one of '

@@ -70,9 +70,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
            changes) -> dict:
   """The loop of train_and_evaluate, from the initial state to params.npz."""
-  state, shardings, start = _initial_state(config, mesh, objective, tx, ckpt, workdir)
+  run_config = resolved_config(config, info.num_classes)  # what config.json records
+  state, shardings, start = _initial_state(run_config, mesh, objective, tx, ckpt, workdir)
   if start and jax.process_index() == 0:
-    resume.record(config, workdir, changes, start)
+    resume.record(run_config, workdir, changes, start)
   step_fn = step_lib.jit_train_step(step_lib.make_train_step(
       objective, tx, config.accum_steps, schedule), mesh, shardings)
   writer = writers.make_writer(workdir)
@@ -109,6 +110,14 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   _export(objective.model_params(state.params), workdir)
   writer.flush()
   return {**final, 'step': config.total_steps}
+
+
+def resolved_config(config: ml_collections.ConfigDict,
+                    num_classes: int) -> ml_collections.ConfigDict:
+  """The config as run, written to config.json: num_classes filled in from the dataset."""
+  out = config.copy_and_resolve_references()
+  out.model.num_classes = num_classes
+  return out
 
 
 def prepare_workdir(workdir: str) -> None:

@@ -7,10 +7,12 @@ this module asks them in order.
 """
 import math
 
+from etils import epath
 import jax
 import ml_collections
 
 from vit_jax import evaluators
+from vit_jax import fileio
 from vit_jax.data import catalog
 from vit_jax.data import pipeline
 from vit_jax.data import sources
@@ -70,6 +72,28 @@ def pretrained_file(config: ml_collections.ConfigDict) -> str:
   return ''
 
 
+def public_url(path: str) -> str:
+  """The https address of a gs:// object (public buckets such as gs://vit_models)."""
+  return 'https://storage.googleapis.com/' + path[len('gs://'):]
+
+
+def check_remote_checkpoint(path: str) -> None:
+  """One line naming a gs:// checkpoint that cannot be read, and how to fetch it by hand."""
+  try:
+    found = epath.Path(path).exists()
+    reason = 'not found'
+  except Exception as e:  # pylint: disable=broad-except  (no network, no credentials)
+    found = False
+    reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+  if found:
+    return
+  how = ''
+  if path.startswith('gs://'):
+    how = (f' Fetch it by hand (gsutil cp {path} . or wget {public_url(path)}) and pass '
+           '--config.pretrained_path=LOCAL_FILE.npz.')
+  raise FileNotFoundError(f'Cannot read checkpoint {path} ({reason}).{how}')
+
+
 def validate(config: ml_collections.ConfigDict,
              mesh: jax.sharding.Mesh) -> catalog.DatasetInfo:
   """Checks the whole config for a run on `mesh`; returns the dataset's info."""
@@ -87,6 +111,8 @@ def validate(config: ml_collections.ConfigDict,
   from_config.build(config, info.num_classes)  # preset, overrides, options
   evaluators.check(config)
   path = pretrained_file(config)
+  if path and fileio.is_remote(path):
+    check_remote_checkpoint(path)
   if path:
     formats.check_readable(path)
   return info

@@ -1,0 +1,159 @@
+"""What a newcomer meets first: --help, one-line errors, labelled files, curves, labels."""
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+from PIL import Image
+
+from tests import tiny_trained
+from vit_jax.inference import curves
+from vit_jax.train import loop
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(REPO, 'docs', 'images', 'examples')
+
+# Every flag each command takes, as `--help` must list it.
+COMMAND_FLAGS = {
+    'vit_jax.main': ('config', 'workdir', 'debug'),
+    'vit_jax.predict': ('checkpoint', 'model', 'labels', 'resolution', 'activation',
+                        'top', 'data_dir'),
+    'vit_jax.visualize': ('checkpoint', 'model', 'out', 'resolution'),
+    'vit_jax.fewshot': ('checkpoint', 'model', 'datasets', 'shots', 'seeds',
+                        'resolution', 'batch', 'data_dir'),
+    'vit_jax.convert': ('from', 'to', 'to_format', 'model', 'num_heads', 'drop_head',
+                        'accept_exact_gelu'),
+    'vit_jax.export': ('checkpoint', 'model', 'format', 'output', 'resolution'),
+    'vit_jax.plot': ('out',),
+    'vit_jax.perf.benchmark': ('model', 'batch', 'resolution', 'steps', 'remat',
+                               'profile_dir'),
+}
+
+
+def _env():
+  return dict(os.environ, PYTHONPATH=REPO)
+
+
+class HelpTest(absltest.TestCase):
+
+  def test_help_lists_every_flag_of_every_command(self):
+    # All at once: each start-up is mostly imports, so they overlap well.
+    procs = {name: subprocess.Popen(
+        [sys.executable, '-m', name, '--help'], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=_env(), cwd='/')
+             for name in COMMAND_FLAGS}
+    for name, proc in procs.items():
+      out, err = proc.communicate(timeout=300)
+      # absl's --help exits with status 1 after printing the help.
+      self.assertIn(proc.returncode, (0, 1), f'{name}: {err[-1000:]}')
+      self.assertIn('flags:', out, f'{name}: {err[-1000:]}')
+      for flag in COMMAND_FLAGS[name]:
+        self.assertRegex(out, rf'--(\[no\])?{flag}\b', f'{name} --help lacks --{flag}')
+      self.assertNotIn('--jax_', out, f'{name}: --help is for our flags; '
+                       '--helpfull lists the libraries\'')
+
+
+class GcsCheckpointTest(absltest.TestCase):
+
+  def test_unreadable_gs_checkpoint_is_one_line_and_writes_nothing(self):
+    # A bucket path that exists nowhere: offline it fails on the network, online on
+    # the missing object; either way before anything is written.
+    workdir = os.path.join(self.create_tempdir().full_path, 'work')
+    path = 'gs://vit_models/no-such-dir-vit-jax-test/ViT-Ti_16.npz'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.main',
+         f'--config={os.path.join(REPO, "configs", "quickstart.py")}',
+         f'--workdir={workdir}',
+         '--config.pretrained_dir=gs://vit_models/no-such-dir-vit-jax-test'],
+        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+    self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    self.assertLen(lines, 1, proc.stderr[-2000:])
+    self.assertIn(f'Cannot read checkpoint {path}', lines[0])
+    self.assertIn(f'gsutil cp {path} .', lines[0])
+    self.assertIn('https://storage.googleapis.com/vit_models/'
+                  'no-such-dir-vit-jax-test/ViT-Ti_16.npz', lines[0])
+    self.assertFalse(os.path.exists(workdir))
+
+
+class TrainedWorkdirTest(absltest.TestCase):
+  """The work directory of a real (tiny) training run."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.params_path, _, _ = tiny_trained.trained()
+    cls.workdir = os.path.dirname(cls.params_path)
+
+  def test_config_json_is_resolved(self):
+    with open(os.path.join(self.workdir, loop.CONFIG_FILE)) as f:
+      config = json.load(f)
+    self.assertEqual(config['model']['num_classes'], 10)  # -1 in the config file
+    self.assertEqual(config['dataset'], 'mnist5k')
+
+  def test_predict_names_classes_after_the_runs_dataset(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.predict', f'--checkpoint={self.params_path}',
+         '--top=10', os.path.join(EXAMPLES, 'digit_7.png')],
+        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    names = [line.split()[-1] for line in proc.stdout.splitlines()[1:]]
+    # mnist5k's label names, read through the config.json beside params.npz.
+    self.assertCountEqual(names, [str(i) for i in range(10)])
+
+  def test_plot_writes_the_training_curves(self):
+    out = os.path.join(self.create_tempdir().full_path, 'curves.png')
+    proc = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.plot', self.workdir, f'--out={out}'],
+        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertEqual(proc.stdout.strip(), out)
+    with Image.open(out) as img:
+      self.assertEqual((img.format, img.size), ('PNG', (900, 360)))
+    records = curves.read_metrics(self.workdir)
+    steps, losses = curves.series(records, 'train_loss')
+    self.assertEqual(steps.tolist(), [100, 200, 300])
+    self.assertLess(losses[-1], losses[0])
+
+  def test_plot_errors_are_one_line(self):
+    missing = os.path.join(self.create_tempdir().full_path, 'nowhere')
+    proc = subprocess.run([sys.executable, '-m', 'vit_jax.plot', missing],
+                          capture_output=True, text=True, env=_env(), timeout=300)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertLen(proc.stderr.strip().splitlines(), 1, proc.stderr)
+    self.assertIn(f'Work directory {missing} does not exist', proc.stderr)
+    empty = self.create_tempdir().full_path
+    with self.assertRaisesRegex(FileNotFoundError, 'metrics.jsonl does not exist'):
+      curves.read_metrics(empty)
+    with open(os.path.join(empty, 'metrics.jsonl'), 'w') as f:
+      f.write('{"step": 1, "train_loss": 2.0}\nnot json\n')
+    with self.assertRaisesRegex(ValueError, 'line 2 is not a metrics record'):
+      curves.read_metrics(empty)
+
+
+class PackagingTest(absltest.TestCase):
+
+  def test_a_plain_install_ships_every_module(self):
+    # `pip install .` (not -e) copies only what find_packages finds: a folder of modules
+    # without __init__.py would be left out and the commands fail after installing.
+    import setuptools  # pylint: disable=g-import-not-at-top
+    found = set(setuptools.find_packages(REPO, include=['vit_jax', 'vit_jax.*']))
+    folders = {os.path.relpath(root, REPO).replace(os.sep, '.')
+               for root, _, files in os.walk(os.path.join(REPO, 'vit_jax'))
+               if any(f.endswith('.py') for f in files) and '__pycache__' not in root}
+    self.assertEqual(folders - found, set())
+
+
+class ExampleImagesTest(absltest.TestCase):
+
+  def test_shipped_examples_are_small_images(self):
+    for name, size in (('digit_7.png', (28, 28)), ('cat.jpg', (160, 106))):
+      path = os.path.join(EXAMPLES, name)
+      self.assertLess(os.path.getsize(path), 20_000, name)
+      with Image.open(path) as img:
+        self.assertEqual(img.size, size)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,29 @@
+r"""Training curves of a work directory as a PNG (vit_jax.inference.curves).
+
+  python -m vit_jax.plot /tmp/vit_quickstart [--out=curves.png]
+"""
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from vit_jax.cli import common
+from vit_jax.inference import curves
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  flags.DEFINE_string('out', '', 'PNG file to write; default: WORKDIR/curves.png.')
+
+
+def main(argv: Sequence[str]) -> None:
+  """Plots loss and accuracy against step from WORKDIR/metrics.jsonl."""
+  if len(argv) != 2:
+    raise app.UsageError('Name one work directory: python -m vit_jax.plot WORKDIR')
+  print(curves.write_curves(argv[1], FLAGS.out))
+
+
+def run() -> None:
+  """Console entry point of `python -m vit_jax.plot`."""
+  common.run_command('vit_jax.plot', _define_flags, main, (ValueError, OSError))

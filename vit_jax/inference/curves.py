@@ -1,0 +1,90 @@
+"""Training curves of a work directory: loss and accuracy against step from metrics.jsonl."""
+import json
+import os
+
+import numpy as np
+
+from vit_jax.inference import figures
+
+METRICS_FILE = 'metrics.jsonl'
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """The records of WORKDIR/metrics.jsonl, in file order (one-line errors if unusable)."""
+  path = os.path.join(workdir, METRICS_FILE)
+  if not os.path.isdir(workdir):
+    raise FileNotFoundError(f'Work directory {workdir} does not exist; pass the '
+                            '--workdir of a training run.')
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{path} does not exist: {workdir} is not the work '
+                            'directory of a run that logged a step yet.')
+  records = []
+  with open(path) as f:
+    for number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+        int(record['step'])
+      except (ValueError, KeyError, TypeError):
+        raise ValueError(f'{path} line {number} is not a metrics record '
+                         '({"step": N, ...}); is the file damaged?') from None
+      records.append(record)
+  return records
+
+
+def series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+  """(steps, values) of one metric; a resumed run's repeated steps keep the last value."""
+  by_step = {int(r['step']): float(r[key]) for r in records
+             if isinstance(r.get(key), (int, float))}
+  steps = np.array(sorted(by_step), np.int64)
+  return steps, np.array([by_step[s] for s in steps], np.float64)
+
+
+def render_curves(records: list[dict], title: str) -> np.ndarray:
+  """uint8 [H, W, 3]: losses (left, log scale) and accuracies (right) against step."""
+  keys = sorted({k for r in records for k in r})
+  losses = ['train_loss'] + [k for k in keys if k.startswith('loss_')]
+  accuracies = [k for k in keys if k.startswith('accuracy_') or k.startswith('fewshot/')]
+  fig = figures.new_figure(9, 3.6)
+  left, right = fig.subplots(1, 2)
+  plotted = 0
+  for key in losses:
+    steps, values = series(records, key)
+    if len(steps):
+      left.plot(steps, values, marker='.' if len(steps) < 4 else None, label=key)
+      plotted += 1
+  for key in accuracies:
+    steps, values = series(records, key)
+    if len(steps):
+      right.plot(steps, values, marker='o', label=key)
+      right.annotate(f'{values[-1]:.3f}', (steps[-1], values[-1]), fontsize=8,
+                     textcoords='offset points', xytext=(-10, -12))
+  if not plotted:
+    raise ValueError(f'{title}: metrics.jsonl holds no train_loss yet; plot again '
+                     'after the first logged step.')
+  left.set_yscale('log')
+  left.set_title('loss', fontsize=10)
+  right.set_title('accuracy', fontsize=10)
+  for ax in (left, right):
+    ax.set_xlabel('step')
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
+  fig.suptitle(title, fontsize=11)
+  fig.tight_layout()
+  return figures.figure_pixels(fig)
+
+
+def write_curves(workdir: str, out: str = '') -> str:
+  """Writes the curves of `workdir` to `out` (default WORKDIR/curves.png); returns it."""
+  records = read_metrics(workdir)
+  out = out or os.path.join(workdir, 'curves.png')
+  if os.path.isdir(out):
+    raise IsADirectoryError(f'--out={out} is a directory; pass a .png file path.')
+  if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+    raise FileNotFoundError(f'--out={out}: its directory does not exist; create it '
+                            'or choose another path.')
+  picture = render_curves(records, os.path.basename(os.path.normpath(workdir)))
+  figures.write_png(picture, out)
+  return out

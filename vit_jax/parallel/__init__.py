@@ -1,0 +1,1 @@
+"""The device mesh, batch and parameter sharding, jax.distributed start-up, device peaks."""
