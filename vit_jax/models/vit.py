@@ -280,18 +280,13 @@ class VisionTransformer(nn.Module):
     if x.shape[1] % patch[0] or x.shape[2] % patch[1]:
       raise ValueError(f'Image/feature size {x.shape[1:3]} is not divisible '
                        f'by the patch size {patch}.')
-    x = PatchEmbedding(self.hidden_size, patch, dtype=self.dtype,
-                       method=self.patch_embedding, name='embedding')(x)
+    x = patch_embedding(self, name='embedding')(x)
     n, h, w, c = x.shape
     x = jnp.reshape(x, (n, h * w, c))
     if self.classifier in _TOKEN_CLASSIFIERS:
       cls = self.param('cls', nn.initializers.zeros, (1, 1, c))
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
-    x = Encoder(name='Transformer', dtype=self.dtype, attention=self.attention,
-                attention_pad_multiple=self.attention_pad_multiple,
-                remat=self.remat, scan_layers=self.scan_layers,
-                stochastic_depth=self.stochastic_depth,
-                **dict(self.transformer))(x, train=train)
+    x = encoder(self, name='Transformer')(x, train=train)
     if self.classifier == 'token':
       x = x[:, 0]
     elif self.classifier == 'gap':
@@ -304,6 +299,41 @@ class VisionTransformer(nn.Module):
                    kernel_init=nn.initializers.zeros,
                    bias_init=nn.initializers.constant(self.head_bias_init))(x)
     return x.astype(jnp.float32)
+
+
+def patch_embedding(model: VisionTransformer, **kwargs: Any) -> PatchEmbedding:
+  """The patch embedding of `model` (its parameters are params['embedding'])."""
+  return PatchEmbedding(model.hidden_size, tuple(model.patches['size']),
+                        dtype=model.dtype, method=model.patch_embedding, **kwargs)
+
+
+def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
+  """The Transformer of `model` (its parameters are params['Transformer']).
+
+  Masked pre-training objectives run it on tokens they prepared themselves;
+  `overrides` (e.g. add_position_embedding=False) change fields of the Encoder.
+  """
+  kwargs = dict(dtype=model.dtype, attention=model.attention,
+                attention_pad_multiple=model.attention_pad_multiple,
+                remat=model.remat, scan_layers=model.scan_layers,
+                stochastic_depth=model.stochastic_depth, **dict(model.transformer))
+  kwargs.update(overrides)
+  return Encoder(**kwargs)
+
+
+def has_class_token(model: VisionTransformer) -> bool:
+  """Whether `model` prepends a class token to the patch tokens."""
+  return model.classifier in _TOKEN_CLASSIFIERS
+
+
+def transformer_flops(tokens: int, width: int, mlp_dim: int, layers: int) -> float:
+  """Matmul FLOPs of `layers` pre-LN blocks on `tokens` tokens of `width`."""
+  n, d = tokens, width
+  per_layer = (2.0 * n * d * 3 * d      # fused QKV projection
+               + 2 * 2.0 * n * n * d    # q.k^T and attention-weighted v
+               + 2.0 * n * d * d        # output projection
+               + 2 * 2.0 * n * d * mlp_dim)  # the two MLP matmuls
+  return layers * per_layer
 
 
 # ----------------------------------------------------------------------------
@@ -360,11 +390,7 @@ def forward_flops(c: Mapping[str, Any], res: int, num_classes: int) -> float:
   flops += 2.0 * patches * patch * patch * channels * d
   classifier = c.get('classifier', 'token')
   n = patches + (classifier in _TOKEN_CLASSIFIERS)
-  per_layer = (2.0 * n * d * 3 * d      # fused QKV projection
-               + 2 * 2.0 * n * n * d    # q.k^T and attention-weighted v
-               + 2.0 * n * d * d        # output projection
-               + 2 * 2.0 * n * d * mlp)  # the two MLP matmuls
-  flops += layers * per_layer
+  flops += transformer_flops(n, d, mlp, layers)
   rows = n if classifier in ('unpooled', 'token_unpooled') else 1
   width = d
   rep = c.get('representation_size')
@@ -376,15 +402,11 @@ def forward_flops(c: Mapping[str, Any], res: int, num_classes: int) -> float:
   return flops
 
 
-def _class_token(model: nn.Module) -> bool:
-  return model.classifier in _TOKEN_CLASSIFIERS
-
-
 def _patch_tokens(model: nn.Module, params: Mapping[str, Any]) -> Optional[int]:
   posemb = families.get_path(params, POSEMB_PATH)
   if posemb is None:
     return None
-  return int(posemb.shape[1]) - int(_class_token(model))
+  return int(posemb.shape[1]) - int(has_class_token(model))
 
 
 def _fields_from_params(params: Mapping[str, Any]) -> dict:
@@ -413,7 +435,7 @@ FAMILY = families.Family(
     fields_from_params=_fields_from_params,
     nested=('transformer',),
     posemb_path=POSEMB_PATH,
-    class_token=_class_token,
+    class_token=has_class_token,
     class_token_key='cls',
     rgb_filters=_rgb_filters,
     attention_fields={'attention': 'xla', 'remat': False, 'scan_layers': False},
