@@ -79,10 +79,29 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.end_lr = 0.0
   c.decay_type = 'cosine'         # 'cosine' | 'linear' | 'constant'
 
-  # Objective: what is learned. 'supervised' = the model's logits against the labels.
+  # Objective: what is learned. 'supervised' = the model's logits against the labels;
+  # 'masked_patch' (the ViT paper's self-supervision) and 'mae' (masked autoencoder) read
+  # no labels. Only the chosen objective's section is read.
   c.objective = 'supervised'
   c.objectives = ml_collections.ConfigDict({
       'supervised': {'loss': 'softmax_xent'},  # 'softmax_xent' | 'sigmoid_xent'
+      'masked_patch': {
+          'mask_ratio': 0.5,        # patches corrupted per image
+          'replace_mask': 0.8,      # of those: the learnable [mask] embedding
+          'replace_random': 0.1,    # another patch's embedding (the rest: unchanged)
+          'target': 'mean_color',   # 'mean_color' | 'downsized' | 'pixels'
+          'bits': 3,                # colour bits per channel of the class targets
+          'downsized': 4,           # 'downsized': patches shrunk to 4x4 colours
+      },
+      'mae': {
+          'mask_ratio': 0.75,       # patches hidden from the encoder per image
+          'decoder_width': 512,
+          'decoder_depth': 8,
+          'decoder_heads': 16,
+          'decoder_mlp_dim': 2048,
+          'posemb': 'sincos2d',     # 'sincos2d' (fixed, the paper's) | 'learn'
+          'norm_pix_loss': True,    # targets: each patch's pixels to mean 0, variance 1
+      },
   })
 
   # Optimizer: 'sgd' (momentum), 'adam' (AdamW), or any optax optimizer taking a

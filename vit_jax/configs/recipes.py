@@ -230,3 +230,99 @@ def apply_pretrain(c: ml_collections.ConfigDict, dataset: str,
 def _width(model: str) -> int:
   cfg = models.get_model_config(model)
   return models.family_of(cfg).width(cfg)
+
+
+# Self-supervised pre-training (no labels are read). The ViT paper's masked patch
+# prediction (its B.1.2): Adam, lr 2e-4, 10k warm-up, cosine, batch 4096, 1M steps
+# (about 14 epochs of JFT-300M); corrupt 50% of the patches (80% [mask], 10% another
+# patch, 10% unchanged), predict their 3-bit mean colour.
+MASKED_PATCH_STEPS = 1_000_000
+# MAE (He et al.): AdamW, lr 1.5e-4 x batch / 256, b2 0.95, weight decay 0.05, cosine,
+# 40 warm-up epochs of 800, 75% of the patches masked, decoder 8 x 512, random resized
+# crops of 20-100% of the area with flips, per-patch normalised pixel targets.
+MAE_EPOCHS = 800
+MAE_WARMUP_EPOCHS = 40
+MAE_BASE_LR = 1.5e-4  # per 256 images
+
+
+def _apply_label_free(c: ml_collections.ConfigDict, dataset: str) -> None:
+  """What both self-supervised recipes share: 224px, no head, few-shot probes."""
+  c.dataset = dataset
+  c.optimizer = 'adam'
+  c.batch = 4096
+  c.batch_eval = 4096
+  c.model.dropout_rate = 0.0
+  c.model.representation_size = 0  # no pre-logits layer: nothing would train it
+  c.pp.train = 'pretrain'
+  c.pp.crop = 224
+  c.pp.resize = 256
+  c.pp.keep_aspect = True
+  c.pp.eval = 'central_crop'
+  # Labels are read only by the few-shot probes of the learned features.
+  c.evals.test.every = -1
+  c.evals.fewshot.every = 10_000
+  c.evals.fewshot.datasets = (dataset,)
+  c.checkpoint_every = 2000
+
+
+def apply_masked_patch_pretrain(c: ml_collections.ConfigDict, dataset: str) -> None:
+  """The ViT paper's masked patch prediction (B.1.2) on dataset."""
+  _apply_label_free(c, dataset)
+  c.objective = 'masked_patch'
+  c.optimizers.adam.b1, c.optimizers.adam.b2 = 0.9, 0.999
+  c.base_lr = 2e-4
+  c.end_lr = 0.0
+  c.warmup_steps = 10_000
+  c.decay_type = 'cosine'
+  c.total_steps = MASKED_PATCH_STEPS
+  # B.1.2 names no weight decay or clipping: Table 3's JFT row (0.1; clip only on ImageNet).
+  c.weight_decay = 0.1
+  c.grad_clip_norm = 0.0
+  c.pp.min_area = 0.05
+
+
+def apply_mae_pretrain(c: ml_collections.ConfigDict, dataset: str) -> None:
+  """MAE's ImageNet pre-training recipe on dataset (epochs from the catalog's size)."""
+  _apply_label_free(c, dataset)
+  c.objective = 'mae'
+  c.optimizers.adam.b1, c.optimizers.adam.b2 = 0.9, 0.95
+  c.base_lr = MAE_BASE_LR * c.batch / 256
+  c.end_lr = 0.0
+  c.decay_type = 'cosine'
+  c.weight_decay = 0.05
+  c.grad_clip_norm = 0.0
+  spec = catalog.DATASETS.get(dataset)
+  if spec is not None and spec.num_train:
+    per_epoch = max(1, spec.num_train // c.batch)
+    c.total_steps = MAE_EPOCHS * per_epoch
+    c.warmup_steps = MAE_WARMUP_EPOCHS * per_epoch
+  else:
+    c.total_steps = OTHER_PRETRAIN_STEPS
+    c.warmup_steps = OTHER_PRETRAIN_STEPS * MAE_WARMUP_EPOCHS // MAE_EPOCHS
+  c.pp.min_area = 0.2
+  c.model.stochastic_depth = 0.0
+
+
+def apply_quickstart_model(c: ml_collections.ConfigDict) -> None:
+  """The quickstart's ViT: width 96, 6 blocks, 7x7 patches (16 tokens of a 28px digit)."""
+  c.model_name = 'ViT-Ti_16'
+  # Few tokens keep a CPU step cheap, so it can afford 6 blocks of width 96.
+  c.model.hidden_size = 96
+  c.model.num_layers = 6
+  c.model.num_heads = 4
+  c.model.mlp_dim = 384
+  c.model.patches = {'size': (7, 7)}
+  c.model.dropout_rate = 0.0
+
+
+def apply_quickstart_data(c: ml_collections.ConfigDict) -> None:
+  """The quickstart's input: mnist5k at 28px, shifts of +-2 pixels, no flips."""
+  c.dataset = 'mnist5k'
+  c.pp.train = 'finetune'  # pad 28 -> 32, random 28x28 crop: shifts of +-2 pixels
+  c.pp.eval = 'central_crop'
+  c.pp.resize = 28
+  c.pp.pad = 2
+  c.pp.crop = 28
+  c.pp.flip = False  # mirrored digits are other digits
+  c.cache = True
+  c.shuffle_buffer = 5000

@@ -4,7 +4,8 @@
       --mode=train --optimizer=adam --steps=20 --compare=timm
 
 Times exactly what the trainer runs: the model from the config (models.from_config),
-the supervised objective, the named optimizer and schedule, train.step.make_train_step,
+the named objective (supervised, masked_patch, mae), optimizer and schedule,
+train.step.make_train_step,
 jitted with the trainer's mesh shardings and state donation, on a synthetic batch
 resident on the devices (--input=host feeds a fresh host batch each step instead).
 Prints img/s, step time, compile time, peak device memory, analytic FLOPs (train = 3x
@@ -12,6 +13,7 @@ forward) and MFU against the peak it names; with --compare=timm it first runs ti
 same-size model (the repository's tools/bench_timm.py, torch code) in its own process
 and prints the ratio. Needs neither TensorFlow nor a dataset.
 """
+import ast
 import json
 import os
 import statistics
@@ -58,6 +60,8 @@ def make_config(args: Any) -> Any:
   c.accum_steps = args.accum_steps
   c.optimizer = args.optimizer
   c.grad_clip_norm = args.clip
+  c.objective = args.objective
+  c.objectives[args.objective].update(parse_options(args.objective_options))
   c.total_steps = 10**6
   c.warmup_steps = 10
   if args.optimizer == 'adam':  # pre-training recipe
@@ -71,6 +75,20 @@ def make_config(args: Any) -> Any:
                   'patch_embedding': args.patch_embedding,
                   'dropout_rate': args.dropout})
   return c
+
+
+def parse_options(items: Sequence[str]) -> dict[str, Any]:
+  """['decoder_depth=4', 'posemb=learn'] -> {'decoder_depth': 4, 'posemb': 'learn'}."""
+  out = {}
+  for item in items:
+    key, eq, value = item.partition('=')
+    if not eq or not key:
+      raise ValueError(f'--objective_options: {item!r} is not KEY=VALUE.')
+    try:
+      out[key] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      out[key] = value  # a bare word: a string option
+  return out
 
 
 def _memory(device: jax.Device) -> Optional[float]:
@@ -210,6 +228,7 @@ def run(args: Any) -> dict:
   state = jax.jit(init_fn, out_shardings=state_sh)(jax.random.PRNGKey(0))
   if args.mode == 'train':
     res['optimizer'] = args.optimizer
+    res['objective'] = args.objective
     fn = train_step.jit_train_step(
         train_step.make_train_step(objective, tx, config.accum_steps, schedule),
         mesh, state_sh, donate=args.donate)
@@ -258,9 +277,11 @@ def run(args: Any) -> dict:
   res['img_s'] = args.batch / sec
   res['img_s_per_device'] = res['img_s'] / len(devices)
   res['peak_mem_gib'] = _memory(devices[0])
-  per_image = flops.model_flops_per_image(
-      args.model, args.resolution, train=args.mode == 'train',
-      num_classes=args.num_classes)
+  if args.mode == 'train':  # the objective's own count (MAE encodes a quarter)
+    per_image = objectives.train_flops_per_image(objective, args.resolution)
+  else:
+    per_image = flops.model_flops_per_image(args.model, args.resolution, train=False,
+                                            num_classes=args.num_classes)
   res['gflops_per_image'] = per_image / 1e9
   achieved = res['img_s_per_device'] * per_image
   res['tflops_per_device'] = achieved / 1e12
@@ -321,6 +342,13 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                     'Optimizer of the step (adam: pre-training recipe, sgd: '
                     'fine-tuning recipe).', **d)
   flags.DEFINE_float('clip', 1.0, 'Gradient clip norm (0 = off).', **d)
+  flags.DEFINE_enum('objective', 'supervised', sorted(objectives.OBJECTIVES),
+                    'Training objective of the step (mae: the encoder sees the '
+                    'visible 25% of the patches; its decoder has the base '
+                    "config's sizes unless --objective_options says).", **d)
+  flags.DEFINE_list('objective_options', [], 'KEY=VALUE options of the objective '
+                    '(config.objectives.<name>), e.g. decoder_depth=4,mask_ratio=0.5.',
+                    **d)
   flags.DEFINE_integer('accum_steps', 1, 'Gradient accumulation steps.', **d)
   flags.DEFINE_integer('num_classes', 1000, 'Head width.', **d)
   flags.DEFINE_enum('dtype', 'auto', list(models.DTYPES),

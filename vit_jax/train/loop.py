@@ -2,7 +2,8 @@
 
 `train_and_evaluate(config, workdir)` checks the whole config, creates (or resumes) the
 sharded train state, runs the jitted step over the input stream and, each at its
-cadence, logs, evaluates (config.evals), checkpoints, and at the end exports params.npz.
+cadence, logs, evaluates (config.evals), checkpoints, and at the end exports params.npz
+(plus <objective>_params.npz for what a self-supervised objective trains beside the model).
 """
 import contextlib
 import logging
@@ -21,7 +22,6 @@ from vit_jax import evaluators
 from vit_jax import models
 from vit_jax.data import pipeline
 from vit_jax.models import families
-from vit_jax.models import flops
 from vit_jax.models import from_config
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
@@ -79,7 +79,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   writer = writers.make_writer(workdir)
   evals = evaluators.create(config, evaluators.Context(
       config, model, mesh, objectives.example_loss(objective)))
-  monitor = _Monitor(config, model, writer, ckpt)
+  monitor = _Monitor(config, objective, writer, ckpt)
   _log_start(config, info, mesh, state, start)
   final = {}
   with preemption.SignalFlag() as sigterm:
@@ -107,7 +107,10 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
             f'Preempted at step {step}: checkpoint saved in {ckpt.directory}; run '
             'the same command again to resume.')
   ckpt.close()
-  _export(objective.model_params(state.params), workdir)
+  _export(objective.model_params(state.params), workdir, PARAMS_FILE)
+  extra = objectives.auxiliary_params(objective, state.params)
+  if extra is not None:  # e.g. MAE's decoder, for reconstructions
+    _export(extra, workdir, f'{config.objective}_{PARAMS_FILE}')
   writer.flush()
   return {**final, 'step': config.total_steps}
 
@@ -187,24 +190,25 @@ def _evaluate(scheduled: evaluators.base.Scheduled, params: Any, step: int,
   return scalars
 
 
-def _export(model_params: Any, workdir: str) -> None:
-  """Writes the final parameters as params.npz in the published layout (process 0)."""
-  params = sharding.to_host(model_params)  # a collective: every process takes part
+def _export(params: Any, workdir: str, name: str) -> None:
+  """Writes final parameters as workdir/name in the published .npz layout (process 0)."""
+  params = sharding.to_host(params)  # a collective: every process takes part
   if jax.process_index() == 0:
-    checkpoint.save(params, os.path.join(workdir, PARAMS_FILE))
+    checkpoint.save(params, os.path.join(workdir, name))
 
 
 class _Monitor:
   """Progress lines, train metrics, throughput (steps only) and the non-finite stop."""
 
-  def __init__(self, config: ml_collections.ConfigDict, model: Any, writer: Any,
+  def __init__(self, config: ml_collections.ConfigDict,
+               objective: objectives.Objective, writer: Any,
                ckpt: checkpointer.StateCheckpointer):
     self._config, self._writer, self._ckpt = config, writer, ckpt
     self._pending = []  # device metrics since the last log line
     self._timer = timing.StepTimer()
     self._t0 = None  # wall clock after the first (compiling) step, for the ETA
     self._first = None
-    self._flops = flops.model_flops_per_image(model, config.pp.crop, train=True)
+    self._flops = objectives.train_flops_per_image(objective, config.pp.crop)
     # The benchmark's rule (vit_jax.parallel.peaks.resolve_peak), so the two MFUs compare.
     self._peak, source = peaks.resolve_peak(
         config.peak_tflops or 'auto',

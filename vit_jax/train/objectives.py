@@ -5,6 +5,9 @@ options are `config.objectives.<name>`. An objective wraps the model: `init` mak
 trainable parameter tree, `loss` scores a batch, and `model_params` returns the part in
 the model's published layout (what params.npz, evaluators and fine-tuning use). The
 supervised objective trains the model's parameters alone, so there the two trees are one.
+The self-supervised ones (`masked_patch`, `mae`) read no labels; they also train parts
+that are not the ViT (`auxiliary_params`: a mask embedding and head, MAE's decoder), which
+the trainer writes beside params.npz.
 """
 import dataclasses
 import inspect
@@ -15,6 +18,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+
+from vit_jax.models import flops
+from vit_jax.models import mae
+from vit_jax.models import masked_patch
 
 Params = Any
 
@@ -85,8 +92,114 @@ def _supervised(model: nn.Module, *, loss: str = 'softmax_xent') -> Supervised:
   return Supervised(model, loss)
 
 
+def masked_mean(values: jax.Array, weights: jax.Array) -> jax.Array:
+  """Mean of `values` over the entries whose weight is 1 (the masked patches)."""
+  return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def reconstruction_loss(pred: jax.Array, target: jax.Array,
+                        masked: jax.Array) -> jax.Array:
+  """Mean squared error per patch [n, tokens, P], averaged over the masked patches only."""
+  return masked_mean(jnp.mean(jnp.square(pred - target), axis=-1), masked)
+
+
+def patch_prediction_loss(out: jax.Array, target: jax.Array, chosen: jax.Array,
+                          classes: int) -> tuple[jax.Array, dict]:
+  """(loss, metrics) over the chosen patches: cross-entropy on class targets
+  [n, tokens(, cells)] with its accuracy, or squared error on pixel targets."""
+  if not jnp.issubdtype(target.dtype, jnp.integer):
+    return reconstruction_loss(out, target, chosen), {}
+  logits = out.reshape(target.shape + (classes,))  # 'downsized': cells per patch
+  weights = jnp.broadcast_to(chosen.reshape(chosen.shape + (1,) * (target.ndim - 2)),
+                             target.shape)
+  xent = optax.softmax_cross_entropy_with_integer_labels(logits, target)
+  hits = (jnp.argmax(logits, axis=-1) == target).astype(jnp.float32)
+  return masked_mean(xent, weights), {'masked_patch_accuracy': masked_mean(hits, weights)}
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedPatch:
+  """The ViT paper's self-supervision: predict corrupted patches' targets; no labels."""
+  predictor: masked_patch.MaskedPatchPredictor
+
+  @property
+  def model(self) -> nn.Module:
+    return self.predictor.model
+
+  def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
+    return self.predictor.init(rng, image_shape)
+
+  def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+    images = batch['image']
+    out, corruption = self.predictor.predict(params, images, rng, train=True)
+    return patch_prediction_loss(out.astype(jnp.float32),
+                                 self.predictor.targets(images), corruption.chosen,
+                                 self.predictor.classes)
+
+  def model_params(self, params: Params) -> Params:
+    return params['model']
+
+  def with_model_params(self, params: Params, model_params: Params) -> Params:
+    return {**params, 'model': model_params}
+
+  def auxiliary_params(self, params: Params) -> Params:
+    """The [mask] embedding and the prediction head (not part of the ViT)."""
+    return params['masked_patch']
+
+
+@dataclasses.dataclass(frozen=True)
+class Mae:
+  """Masked autoencoding: reconstruct the left-out patches' pixels; no labels."""
+  autoencoder: mae.MaskedAutoencoder
+  norm_pix_loss: bool = True
+
+  @property
+  def model(self) -> nn.Module:
+    return self.autoencoder.model
+
+  def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
+    return self.autoencoder.init(rng, image_shape)
+
+  def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+    images = batch['image']
+    pred, mask = self.autoencoder.predict(params, images, rng, train=True)
+    target = mae.pixel_targets(images, self.autoencoder.patch, self.norm_pix_loss)
+    return reconstruction_loss(pred, target, mask.masked), {}
+
+  def model_params(self, params: Params) -> Params:
+    return params['model']
+
+  def with_model_params(self, params: Params, model_params: Params) -> Params:
+    return {**params, 'model': model_params}
+
+  def auxiliary_params(self, params: Params) -> Params:
+    """The decoder (with its mask token): what reconstructions need beside the ViT."""
+    return params['decoder']
+
+  def flops_per_image(self, resolution: int) -> float:
+    """Forward matmul FLOPs of the encoder (kept tokens) and the decoder (all tokens)."""
+    return self.autoencoder.flops_per_image(resolution)
+
+
+def _masked_patch(model: nn.Module, *, mask_ratio: float = 0.5,
+                  replace_mask: float = 0.8, replace_random: float = 0.1,
+                  target: str = 'mean_color', bits: int = 3,
+                  downsized: int = 4) -> MaskedPatch:
+  return MaskedPatch(masked_patch.MaskedPatchPredictor(
+      model, mask_ratio, replace_mask, replace_random, target, bits, downsized))
+
+
+def _mae(model: nn.Module, *, mask_ratio: float = 0.75, decoder_width: int = 512,
+         decoder_depth: int = 8, decoder_heads: int = 16, decoder_mlp_dim: int = 2048,
+         posemb: str = 'sincos2d', norm_pix_loss: bool = True) -> Mae:
+  return Mae(mae.MaskedAutoencoder(model, mask_ratio, decoder_width, decoder_depth,
+                                   decoder_heads, decoder_mlp_dim, posemb),
+             norm_pix_loss)
+
+
 # name -> factory(model, **config.objectives.<name>) -> Objective
-OBJECTIVES: dict[str, Callable[..., Objective]] = {'supervised': _supervised}
+OBJECTIVES: dict[str, Callable[..., Objective]] = {
+    'supervised': _supervised, 'masked_patch': _masked_patch, 'mae': _mae}
 
 
 def register(name: str, factory: Callable[..., Objective]) -> None:
@@ -123,3 +236,17 @@ def make(config: ml_collections.ConfigDict, model: nn.Module) -> Objective:
 def example_loss(objective: Objective) -> Optional[Callable[[jax.Array, jax.Array], jax.Array]]:
   """The objective's per-example classification loss, if it has one."""
   return getattr(objective, 'example_loss', None)
+
+
+def auxiliary_params(objective: Objective, params: Params) -> Optional[Params]:
+  """What the objective trains beside the model (e.g. MAE's decoder), if anything."""
+  extra = getattr(objective, 'auxiliary_params', None)
+  return None if extra is None else extra(params)
+
+
+def train_flops_per_image(objective: Objective, resolution: int) -> float:
+  """Analytic FLOPs of one training image (3x forward): the objective's, else the model's."""
+  own = getattr(objective, 'flops_per_image', None)
+  if own is None:
+    return flops.model_flops_per_image(objective.model, resolution, train=True)
+  return 3.0 * own(resolution)

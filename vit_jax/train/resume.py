@@ -112,6 +112,8 @@ def compare(config: ml_collections.ConfigDict, workdir: str) -> Changes:
   for key in sorted(old):
     if key == 'allow_config_change':  # a switch of one invocation, not of the run
       continue
+    if _unused_objective_option(key, old, new):
+      continue
     if key not in new:
       fields[key] = (old[key], None)
     elif old[key] != new[key]:
@@ -121,6 +123,13 @@ def compare(config: ml_collections.ConfigDict, workdir: str) -> Changes:
       fields[key] = (old[key], new[key])
   # Keys only in the new config are knobs added since that run: at their default.
   return Changes(fields)
+
+
+def _unused_objective_option(key: str, old: dict, new: dict) -> bool:
+  """Whether `key` is an option of an objective that neither run trains with."""
+  parts = key.split('.')
+  return (len(parts) > 2 and parts[0] == 'objectives' and
+          parts[1] != old.get('objective') and parts[1] != new.get('objective'))
 
 
 def check(config: ml_collections.ConfigDict, workdir: str) -> Changes:

@@ -108,7 +108,8 @@ def validate(config: ml_collections.ConfigDict,
   info = sources.get_dataset_info(config)
   pipeline.check_train_config(config, info)
   pipeline.check_eval_config(config)
-  from_config.build(config, info.num_classes)  # preset, overrides, options
+  # Preset, overrides, options; then the objective's options on that model.
+  objectives.make(config, from_config.build(config, info.num_classes))
   evaluators.check(config)
   path = pretrained_file(config)
   if path and fileio.is_remote(path):

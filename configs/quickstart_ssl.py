@@ -1,0 +1,49 @@
+"""The quickstart's ViT pre-trained without labels on mnist5k's 4,000 training digits.
+
+  python -m vit_jax.main --config=configs/quickstart_ssl.py:mae --workdir=/tmp/ssl_mae
+  python -m vit_jax.main --config=configs/quickstart_ssl.py:masked_patch \
+      --workdir=/tmp/ssl_mpp
+
+Argument: the objective, masked_patch or mae. The model and input are the quickstart's
+(configs/quickstart.py); labels are read only by the few-shot probe at the end. Fine-tune
+the result with the quickstart's recipe:
+  python -m vit_jax.main --config=configs/quickstart.py --workdir=/tmp/ft_mae \
+      --config.pretrained_path=/tmp/ssl_mae/params.npz
+"""
+from vit_jax.configs import base
+from vit_jax.configs import recipes
+
+OBJECTIVES = ('masked_patch', 'mae')
+
+
+def get_config(arg: str = 'mae'):
+  """Returns the small self-supervised config for objective `arg`."""
+  if arg not in OBJECTIVES:
+    raise ValueError(f'config argument {arg!r}: use one of {", ".join(OBJECTIVES)}.')
+  c = base.get_base_config()
+  recipes.apply_quickstart_model(c)
+  recipes.apply_quickstart_data(c)
+  c.objective = arg
+  c.model.representation_size = 0
+  # A small decoder for 16 tokens of width 96 (MAE's is 8 x 512 for ViT-B's 196 x 768).
+  c.objectives.mae.update({'decoder_width': 64, 'decoder_depth': 2,
+                           'decoder_heads': 4, 'decoder_mlp_dim': 256})
+
+  c.batch = 128
+  c.batch_eval = 200
+  c.optimizer = 'adam'
+  c.optimizers.adam.b2 = 0.95 if arg == 'mae' else 0.999
+  c.base_lr = 1e-3
+  c.end_lr = 1e-5
+  c.weight_decay = 0.05 if arg == 'mae' else 1e-4
+  c.warmup_steps = 100
+  c.total_steps = 1500
+  c.decay_type = 'cosine'
+  c.grad_clip_norm = 1.0
+
+  c.log_every = 100
+  c.evals.test.every = -1
+  c.evals.fewshot.every = 0  # at the end: linear probes on the frozen features
+  c.evals.fewshot.datasets = ('mnist5k',)
+  c.checkpoint_every = 500
+  return c
