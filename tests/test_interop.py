@@ -235,6 +235,11 @@ class FixtureParityTest(_TmpDirTest):
     src = os.path.join(FIXTURES, 'timm_vit.safetensors')
     with self.assertRaisesRegex(ValueError, 'number of attention heads'):
       load.load_model(None, src)
+    # A size no preset has: the heads come from --num_heads (predict, visualize, ...).
+    loaded = load.load_model(None, src, num_heads=2)
+    probs = predict.make_predict_fn(loaded)(self.images)
+    np.testing.assert_allclose(
+        probs, jax.nn.softmax(self.ref['timm_vit']), atol=1e-5)
 
   def test_other_image_normalisation_is_folded_into_the_patch_embedding(self):
     """ImageNet mean/std in preprocessor_config.json: same logits on [-1, 1] input."""

@@ -13,6 +13,8 @@ def define_checkpoint_flags() -> None:
   flags.DEFINE_string('checkpoint', None, 'Checkpoint: .npz (local or gs://), '
                       'timm .safetensors/.pth or a transformers directory.',
                       required=True)
+  flags.DEFINE_integer('num_heads', None, 'Attention heads of a timm state dict '
+                       'whose size has no preset (a timm file does not record them).')
 
 
 def list_flags_in_help(fv: flags.FlagValues = flags.FLAGS) -> None:

@@ -60,7 +60,7 @@ def main(argv: Sequence[str]) -> None:
   # float32 whatever the training config said: 'auto' is bf16 + cuDNN on a GPU,
   # which would tie the artifact to that GPU and change its numbers.
   loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
-                              dtype='float32')
+                           FLAGS.num_heads, dtype='float32')
   usage = serving.export(loaded.model, loaded.params, loaded.resolution,
                          FLAGS.format, FLAGS.output,
                          pp=workdir_pp(FLAGS.checkpoint))

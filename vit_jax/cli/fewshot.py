@@ -57,7 +57,8 @@ def main(argv: Sequence[str]) -> None:
   except ValueError:
     raise ValueError(f'--shots={",".join(FLAGS.shots)}: use integers, e.g. '
                      '1,5,10,25.') from None
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution)
+  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
+                           FLAGS.num_heads)
   mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})
   config = fewshot_config(loaded.resolution, FLAGS.batch or 8 * mesh.size,
                           FLAGS.data_dir)

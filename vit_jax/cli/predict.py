@@ -45,7 +45,8 @@ def main(argv: Sequence[str]) -> None:
   paths = argv[1:]
   if not paths:
     raise app.UsageError('Name at least one image file.')
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution)
+  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
+                           FLAGS.num_heads)
   labels, names = _class_names(FLAGS.checkpoint, loaded.num_classes)
   activation = FLAGS.activation
   if activation == 'auto':

@@ -101,19 +101,21 @@ def workdir_model(checkpoint_path: str) -> tuple[str, dict[str, Any]]:
 
 
 def load_model(model_name: Optional[str], checkpoint_path: str,
-               resolution: Optional[int] = None,
+               resolution: Optional[int] = None, num_heads: Optional[int] = None,
                **overrides: Any) -> LoadedModel:
   """Builds `model_name` to fit the checkpoint at `checkpoint_path` (head, pre-logits, grid).
 
   The checkpoint is an .npz, a timm state dict or a transformers directory.
   Without `model_name`, the model (preset and overrides) comes from the config.json of
   the workdir holding the checkpoint. `resolution` (default: the checkpoint's)
-  re-grids learned position embeddings; `overrides` go to models.get_model (e.g.
-  dtype='bfloat16').
+  re-grids learned position embeddings; `num_heads` is the head count a timm state
+  dict does not record (needed where no preset has its size); `overrides` go to
+  models.get_model (e.g. dtype='bfloat16').
   """
   if formats.is_other_format(checkpoint_path):
     # timm / transformers: the file (or model_name, checked) gives the model.
-    read = formats.read(checkpoint_path, model=model_name, exact_gelu='accept')
+    read = formats.read(checkpoint_path, model=model_name, num_heads=num_heads,
+                        exact_gelu='accept')
     params, model_name = read.params, read.model_name
     overrides = {**read.overrides, **overrides}
   else:
