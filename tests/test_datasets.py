@@ -1,6 +1,7 @@
 """Tests of the dataset registry (vit_jax.datasets) and the embedded TFDS builders."""
 import collections
 import os
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -175,6 +176,20 @@ class RegistryTest(absltest.TestCase):
     with self.assertRaisesRegex(FileNotFoundError, f'imagenet21k in {manual}'):
       datasets.prepare(datasets.resolve('imagenet21k'), tfds_testdata.tempdir(self),
                        manual)
+
+  def test_failed_download_is_a_one_line_os_error(self):
+    spec = datasets.resolve('cifar10')
+    data_dir = tfds_testdata.tempdir(self)
+    builder_cls = type(datasets.make_builder(spec, data_dir))
+    offline = ConnectionError("Failed to resolve 'www.cs.toronto.edu'\n(traceback)")
+    with mock.patch.object(builder_cls, 'download_and_prepare', side_effect=offline):
+      with self.assertRaisesRegex(
+          datasets.PrepareError, r"^Could not prepare cifar10 into .*: Failed to resolve "
+          r"'www.cs.toronto.edu'\. Prepare it where the network reaches") as e:
+        datasets.prepare(spec, data_dir)
+    # An OSError: `vit_jax.main` prints it as one line (exit 2), as predict and fewshot do.
+    self.assertIsInstance(e.exception, OSError)
+    self.assertNotIn('\n', str(e.exception))
 
   def test_bad_split_names_the_split(self):
     config = tfds_testdata.config('mnist5k', train_split='valid')

@@ -142,6 +142,10 @@ def _local_cause(e: BaseException) -> BaseException | None:
   return None
 
 
+class PrepareError(OSError):
+  """A dataset could not be prepared (download, checksum or source files); one line."""
+
+
 def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = None):
   """Prepares the dataset into data_dir if it is not there yet; returns a fresh builder."""
   builder = make_builder(spec, data_dir)
@@ -170,7 +174,7 @@ def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = No
           if cause is not None:
             raise cause from None
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RuntimeError(
+        raise PrepareError(
             f'Could not prepare {spec.tfds_name} into {root}: {first_line}. '
             f'Prepare it where the network reaches its source (tfds build '
             f'{spec.tfds_name} --data_dir={root}) or point config.data_dir at a prepared '
