@@ -2,6 +2,8 @@ r"""Few-shot linear-probe accuracy of a checkpoint (vit_jax.evaluators.fewshot).
 
   python -m vit_jax.fewshot --model=ViT-B_16 --checkpoint=params.npz \
       --datasets=mnist5k,digits --shots=1,5,10,25 --seeds=3
+
+--random_init=SEED probes the same architecture from random weights (a baseline).
 """
 from typing import Optional, Sequence
 
@@ -28,6 +30,9 @@ def _define_flags() -> None:
                        "checkpoint's.")
   flags.DEFINE_integer('batch', 0, 'Batch size; 0: 8 per device.')
   flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
+  flags.DEFINE_integer('random_init', None, "Probe the checkpoint's architecture "
+                       'freshly initialised with this seed instead of its weights: '
+                       'the baseline a pre-training run should beat.')
 
 
 def fewshot_config(resolution: int, batch: int,
@@ -59,6 +64,8 @@ def main(argv: Sequence[str]) -> None:
                      '1,5,10,25.') from None
   loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
                            FLAGS.num_heads)
+  if FLAGS.random_init is not None:
+    loaded = load.reinitialized(loaded, FLAGS.random_init)
   mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})
   config = fewshot_config(loaded.resolution, FLAGS.batch or 8 * mesh.size,
                           FLAGS.data_dir)

@@ -28,7 +28,7 @@ def main(argv: Sequence[str]) -> None:
     logging.set_verbosity(logging.WARNING)  # keep the output to the results
   loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
                            FLAGS.num_heads)
-  for path in figures.write_figures(loaded, argv[1:], FLAGS.out):
+  for path in figures.write_figures(loaded, argv[1:], FLAGS.out, FLAGS.checkpoint):
     print(path)
   if not argv[1:]:
     logging.info('No images given: attention figures skipped.')

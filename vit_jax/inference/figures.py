@@ -13,8 +13,12 @@ labelled figures (title, axes, colour bar, a caption saying what a tile is):
                              RGB patch-embedding filters.
   attention_distance.png     Fig. 7 right: mean attention distance in pixels of every
                              head against depth.
-Figures that need images (rollout, distance) are written only when images are
-given; MLP-Mixers have only the filters; hybrids have no RGB filters.
+  mae_reconstruction.png     for a checkpoint pre-trained with the 'mae' objective (its
+                             workdir holds the decoder, mae_params.npz): each image,
+                             the visible 25% of its patches, the decoder's
+                             reconstruction, and that pasted into the visible patches.
+Figures that need images (rollout, distance, reconstructions) are written only when
+images are given; MLP-Mixers have only the filters; hybrids have no RGB filters.
 `summary_images` gives the first two as uint8 arrays for TensorBoard.
 """
 from collections.abc import Mapping, Sequence
@@ -29,11 +33,13 @@ import jax
 import numpy as np
 from PIL import Image
 
+from vit_jax import checkpoint
 from vit_jax import fileio
 from vit_jax import models
 from vit_jax.inference import images as images_lib
 from vit_jax.inference import load
 from vit_jax.models import families
+from vit_jax.models import mae
 from vit_jax.parallel import sharding
 
 # viridis at 0, 1/4, 1/2, 3/4 and 1 (matplotlib's perceptually uniform colormap).
@@ -359,6 +365,49 @@ def labelled_filters(components: np.ndarray) -> np.ndarray:
   return figure_pixels(fig)
 
 
+def labelled_mae_reconstruction(images: np.ndarray, masked: np.ndarray,
+                                recon: np.ndarray, pasted: np.ndarray,
+                                names: Sequence[str], mask_ratio: float) -> np.ndarray:
+  """MAE's figure: per image (row) the input, its visible patches, the reconstruction."""
+  titles = ('input', f'visible patches ({1 - mask_ratio:.0%})',
+            'reconstruction', 'reconstruction + visible')
+  rows = len(images)
+  fig = new_figure(8, 2.1 * rows + 0.8)
+  axes = np.asarray(fig.subplots(rows, 4)).reshape(rows, 4)
+  for r in range(rows):
+    for c, panel in enumerate((images, masked, recon, pasted)):
+      ax = axes[r, c]
+      ax.imshow(to_uint8(panel[r]), interpolation='nearest')
+      ax.set_xticks([])
+      ax.set_yticks([])
+      if r == 0:
+        ax.set_title(titles[c], fontsize=9)
+    axes[r, 0].set_ylabel(names[r], fontsize=8)
+  fig.suptitle('Masked autoencoder reconstructions (MAE, He et al. Fig. 2)', fontsize=11)
+  _caption(fig, f'{mask_ratio:.0%} of each image\'s patches are hidden from the encoder '
+           '(grey); the decoder predicts their pixels (each patch\'s own mean and '
+           'spread restored for display).')
+  fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.6 / (2.1 * rows + 0.8),
+                      bottom=0.35 / (2.1 * rows + 0.8), wspace=0.04, hspace=0.08)
+  return figure_pixels(fig)
+
+
+def mae_reconstructions(loaded: load.LoadedModel, options: Mapping[str, Any],
+                        decoder_path: str, images: np.ndarray, names: Sequence[str],
+                        seed: int = 0) -> np.ndarray:
+  """The labelled reconstruction figure of MAE's decoder (from decoder_path) on images."""
+  options = dict(options)
+  normalized = bool(options.pop('norm_pix_loss', True))
+  autoencoder = mae.MaskedAutoencoder(loaded.model, **options)
+  decoder = checkpoint.load(decoder_path)
+  params = {'model': loaded.params, 'decoder': decoder}
+  grey, recon, pasted = jax.device_get(jax.jit(
+      lambda p, x: mae.reconstruction(autoencoder, p, x, jax.random.PRNGKey(seed),
+                                      normalized))(params, images))
+  return labelled_mae_reconstruction(images, grey, recon, pasted, names,
+                                     autoencoder.mask_ratio)
+
+
 # ----------------------------------------------------------------------------
 # Entry points: TensorBoard summaries and the command line.
 
@@ -409,8 +458,12 @@ def rollout_names(image_paths: Sequence[str]) -> list[str]:
 
 
 def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
-                  out_dir: str) -> list[str]:
-  """Writes every figure that applies to the model into `out_dir`; returns the paths."""
+                  out_dir: str, checkpoint_path: str = '') -> list[str]:
+  """Writes every figure that applies to the model into `out_dir`; returns the paths.
+
+  `checkpoint_path` (the file `loaded` came from) lets a self-supervised run's workdir
+  add its own figure (MAE's reconstructions).
+  """
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise NotADirectoryError(f'--out={out_dir} is a file; pass a directory.')
   # Read every input before writing anything, so a bad image leaves no partial output.
@@ -437,6 +490,11 @@ def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
         weights, _has_token(model), grid, load.model_stride(model))
     figures['attention_distance.png'] = render_attention_distance(
         distance, loaded.resolution)
+  objective = load.workdir_objective(checkpoint_path) if checkpoint_path else None
+  if images is not None and objective is not None and objective[0] == 'mae':
+    names = [os.path.basename(p) for p in image_paths]
+    figures['mae_reconstruction.png'] = mae_reconstructions(
+        loaded, objective[1], objective[2], images, names)
   if family.rgb_filters(model, params) is not None:
     figures['embedding_filters.png'] = labelled_filters(
         filter_components(embedding_kernel(model, params)))

@@ -79,6 +79,25 @@ def workdir_dataset(checkpoint_path: str) -> Optional[tuple[str, Optional[str]]]
     return None  # not a vit_jax config: the labels fall back to class indices
 
 
+def workdir_objective(checkpoint_path: str) -> Optional[tuple[str, dict[str, Any], str]]:
+  """(objective, its options, its params file) of a self-supervised run, if the
+  checkpoint's workdir holds one (e.g. MAE's decoder in mae_params.npz)."""
+  path = workdir_config_path(checkpoint_path)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path) as f:
+      config = json.load(f)
+    name = str(config.get('objective', 'supervised'))
+    options = dict(config.get('objectives', {}).get(name, {}))
+  except (ValueError, TypeError, AttributeError, OSError):
+    return None
+  extra = os.path.join(os.path.dirname(path), f'{name}_{os.path.basename(checkpoint_path)}')
+  if name == 'supervised' or not os.path.isfile(extra):
+    return None
+  return name, options, extra
+
+
 def workdir_model(checkpoint_path: str) -> tuple[str, dict[str, Any]]:
   """(model_name, get_model overrides) from the config.json beside a workdir's params.npz."""
   path = workdir_config_path(checkpoint_path)
@@ -155,6 +174,14 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
   _check_fits(model, params, resolution, checkpoint_path, model_name)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
   return LoadedModel(model_name, model, params, resolution)
+
+
+def reinitialized(loaded: LoadedModel, seed: int) -> LoadedModel:
+  """The same model and resolution with freshly initialised parameters (a baseline)."""
+  params = loaded.model.init(
+      jax.random.PRNGKey(seed),
+      jnp.zeros((1, loaded.resolution, loaded.resolution, 3), jnp.float32))['params']
+  return dataclasses.replace(loaded, params=jax.tree.map(np.asarray, params))
 
 
 def _check_fits(model: nn.Module, params: Mapping[str, Any], resolution: int,
