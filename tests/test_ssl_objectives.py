@@ -136,7 +136,7 @@ class MaskedPatchTest(absltest.TestCase):
         c = _config('masked_patch', target=target, downsized=7)
         objective = objectives.make(c, tiny_vit())
         params = objective.init(jax.random.PRNGKey(0), (1, 28, 28, 3))
-        self.assertEqual(objective.predictor.targets(images(2)).shape, shape)
+        self.assertEqual(objective.net.targets(images(2)).shape, shape)
         loss, _ = objective.loss(params, {'image': images(2)}, jax.random.PRNGKey(0))
         self.assertTrue(np.isfinite(loss))
 
@@ -155,7 +155,7 @@ class MaeTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     self.objective = objectives.make(_config('mae'), tiny_vit())
-    self.autoencoder = self.objective.autoencoder
+    self.autoencoder = self.objective.net
     self.params = self.objective.init(jax.random.PRNGKey(0), (1, 28, 28, 3))
 
   def test_encoder_sees_exactly_the_visible_tokens(self):

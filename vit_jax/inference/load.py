@@ -66,33 +66,39 @@ def workdir_config_path(checkpoint_path: str) -> str:
   return os.path.join(os.path.dirname(os.path.abspath(checkpoint_path)), CONFIG_FILE)
 
 
-def workdir_dataset(checkpoint_path: str) -> Optional[tuple[str, Optional[str]]]:
-  """(dataset, data_dir) of the run whose config.json sits beside the checkpoint, if any."""
+def workdir_config(checkpoint_path: str) -> Optional[dict[str, Any]]:
+  """The config.json beside the checkpoint as a dict, or None if absent or unreadable."""
   path = workdir_config_path(checkpoint_path)
   if not os.path.isfile(path):
     return None
   try:
     with open(path) as f:
       config = json.load(f)
+  except (ValueError, OSError):
+    return None
+  return config if isinstance(config, dict) else None
+
+
+def workdir_dataset(checkpoint_path: str) -> Optional[tuple[str, Optional[str]]]:
+  """(dataset, data_dir) of the run whose config.json sits beside the checkpoint, if any."""
+  config = workdir_config(checkpoint_path)
+  try:
     return str(config['dataset']), config.get('data_dir')
-  except (ValueError, KeyError, TypeError, OSError):
+  except (KeyError, TypeError):
     return None  # not a vit_jax config: the labels fall back to class indices
 
 
 def workdir_objective(checkpoint_path: str) -> Optional[tuple[str, dict[str, Any], str]]:
   """(objective, its options, its params file) of a self-supervised run, if the
   checkpoint's workdir holds one (e.g. MAE's decoder in mae_params.npz)."""
-  path = workdir_config_path(checkpoint_path)
-  if not os.path.isfile(path):
-    return None
+  config = workdir_config(checkpoint_path)
   try:
-    with open(path) as f:
-      config = json.load(f)
     name = str(config.get('objective', 'supervised'))
     options = dict(config.get('objectives', {}).get(name, {}))
-  except (ValueError, TypeError, AttributeError, OSError):
+  except (TypeError, AttributeError, ValueError):
     return None
-  extra = os.path.join(os.path.dirname(path), f'{name}_{os.path.basename(checkpoint_path)}')
+  directory = os.path.dirname(workdir_config_path(checkpoint_path))
+  extra = os.path.join(directory, f'{name}_{os.path.basename(checkpoint_path)}')
   if name == 'supervised' or not os.path.isfile(extra):
     return None
   return name, options, extra

@@ -117,24 +117,17 @@ def patch_prediction_loss(out: jax.Array, target: jax.Array, chosen: jax.Array,
   return masked_mean(xent, weights), {'masked_patch_accuracy': masked_mean(hits, weights)}
 
 
-@dataclasses.dataclass(frozen=True)
-class MaskedPatch:
-  """The ViT paper's self-supervision: predict corrupted patches' targets; no labels."""
-  predictor: masked_patch.MaskedPatchPredictor
+class _AroundModel:
+  """An objective whose parameters are {'model': the ViT, OWN: what it adds}."""
+  OWN = ''
+  net: Any  # models.mae.MaskedAutoencoder or models.masked_patch.MaskedPatchPredictor
 
   @property
   def model(self) -> nn.Module:
-    return self.predictor.model
+    return self.net.model
 
   def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
-    return self.predictor.init(rng, image_shape)
-
-  def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
-    images = batch['image']
-    out, corruption = self.predictor.predict(params, images, rng, train=True)
-    return patch_prediction_loss(out.astype(jnp.float32),
-                                 self.predictor.targets(images), corruption.chosen,
-                                 self.predictor.classes)
+    return self.net.init(rng, image_shape)
 
   def model_params(self, params: Params) -> Params:
     return params['model']
@@ -143,42 +136,39 @@ class MaskedPatch:
     return {**params, 'model': model_params}
 
   def auxiliary_params(self, params: Params) -> Params:
-    """The [mask] embedding and the prediction head (not part of the ViT)."""
-    return params['masked_patch']
+    """What the objective trains beside the ViT (written as <objective>_params.npz)."""
+    return params[self.OWN]
 
 
 @dataclasses.dataclass(frozen=True)
-class Mae:
+class MaskedPatch(_AroundModel):
+  """The ViT paper's self-supervision: predict corrupted patches' targets; no labels."""
+  OWN = 'masked_patch'  # the [mask] embedding and the prediction head
+  net: masked_patch.MaskedPatchPredictor
+
+  def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+    images = batch['image']
+    out, corruption = self.net.predict(params, images, rng, train=True)
+    return patch_prediction_loss(out.astype(jnp.float32), self.net.targets(images),
+                                 corruption.chosen, self.net.classes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mae(_AroundModel):
   """Masked autoencoding: reconstruct the left-out patches' pixels; no labels."""
-  autoencoder: mae.MaskedAutoencoder
+  OWN = 'decoder'  # with its mask token: what reconstructions need beside the ViT
+  net: mae.MaskedAutoencoder
   norm_pix_loss: bool = True
 
-  @property
-  def model(self) -> nn.Module:
-    return self.autoencoder.model
-
-  def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
-    return self.autoencoder.init(rng, image_shape)
-
   def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
     images = batch['image']
-    pred, mask = self.autoencoder.predict(params, images, rng, train=True)
-    target = mae.pixel_targets(images, self.autoencoder.patch, self.norm_pix_loss)
+    pred, mask = self.net.predict(params, images, rng, train=True)
+    target = mae.pixel_targets(images, self.net.patch, self.norm_pix_loss)
     return reconstruction_loss(pred, target, mask.masked), {}
-
-  def model_params(self, params: Params) -> Params:
-    return params['model']
-
-  def with_model_params(self, params: Params, model_params: Params) -> Params:
-    return {**params, 'model': model_params}
-
-  def auxiliary_params(self, params: Params) -> Params:
-    """The decoder (with its mask token): what reconstructions need beside the ViT."""
-    return params['decoder']
 
   def flops_per_image(self, resolution: int) -> float:
     """Forward matmul FLOPs of the encoder (kept tokens) and the decoder (all tokens)."""
-    return self.autoencoder.flops_per_image(resolution)
+    return self.net.flops_per_image(resolution)
 
 
 def _masked_patch(model: nn.Module, *, mask_ratio: float = 0.5,
