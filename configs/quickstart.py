@@ -2,7 +2,7 @@
 
   python -m vit_jax.main --config=configs/quickstart.py --workdir=/tmp/quickstart
 
-Reaches 0.97 accuracy on the 1,000 test digits in under 3 minutes on 2 CPU cores.
+Reached 0.962 accuracy on the 1,000 test digits on 2 CPU cores (README, Quickstart: time and load).
 """
 from vit_jax.configs import base
 from vit_jax.configs import recipes
