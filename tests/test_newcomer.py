@@ -77,6 +77,25 @@ class GcsCheckpointTest(absltest.TestCase):
     self.assertFalse(os.path.exists(workdir))
 
 
+  def test_checkpoint_is_checked_before_the_dataset_is_prepared(self):
+    # The fine-tuning config on a dataset not prepared yet: the unreadable checkpoint
+    # is reported at once, before any download is tried or anything is written.
+    workdir = os.path.join(self.create_tempdir().full_path, 'work')
+    data_dir = self.create_tempdir().full_path
+    proc = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.main',
+         f'--config={os.path.join(REPO, "configs", "vit.py")}:ti16,cifar10',
+         f'--workdir={workdir}', f'--config.data_dir={data_dir}',
+         '--config.pretrained_dir=gs://vit_models/no-such-dir-vit-jax-test'],
+        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+    self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
+    self.assertLen(proc.stderr.strip().splitlines(), 1, proc.stderr[-2000:])
+    self.assertIn('Cannot read checkpoint gs://vit_models/no-such-dir-vit-jax-test/'
+                  'ViT-Ti_16.npz', proc.stderr)
+    self.assertEqual(os.listdir(data_dir), [])
+    self.assertFalse(os.path.exists(workdir))
+
+
 class TrainedWorkdirTest(absltest.TestCase):
   """The work directory of a real (tiny) training run."""
 

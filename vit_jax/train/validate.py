@@ -105,15 +105,17 @@ def validate(config: ml_collections.ConfigDict,
   schedules.check(config)
   optimizers.make(config, schedules.make(config))  # name, options, decay, clipping
   objectives.check(config)
+  # The start checkpoint before the dataset: preparing a dataset may download for
+  # minutes, and an unreadable checkpoint would stop the run after that anyway.
+  path = pretrained_file(config)
+  if path and fileio.is_remote(path):
+    check_remote_checkpoint(path)
+  if path:
+    formats.check_readable(path)
   info = sources.get_dataset_info(config)
   pipeline.check_train_config(config, info)
   pipeline.check_eval_config(config)
   # Preset, overrides, options; then the objective's options on that model.
   objectives.make(config, from_config.build(config, info.num_classes))
   evaluators.check(config)
-  path = pretrained_file(config)
-  if path and fileio.is_remote(path):
-    check_remote_checkpoint(path)
-  if path:
-    formats.check_readable(path)
   return info
