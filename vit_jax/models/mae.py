@@ -71,6 +71,7 @@ class Decoder(nn.Module):
   class_token: bool
   posemb: str = 'sincos2d'
   dtype: Any = jnp.float32
+  attention: str = 'xla'  # the encoder's kernel choice ('auto': cuDNN where it runs)
 
   @nn.compact
   def __call__(self, latent: jax.Array, restore: jax.Array, *,
@@ -97,7 +98,8 @@ class Decoder(nn.Module):
     x = vit_lib.Encoder(num_layers=self.depth, mlp_dim=self.mlp_dim,
                         num_heads=self.num_heads, dropout_rate=0.0,
                         attention_dropout_rate=0.0, add_position_embedding=False,
-                        dtype=self.dtype, name='Transformer')(x, train=train)
+                        dtype=self.dtype, attention=self.attention,
+                        name='Transformer')(x, train=train)
     return dense(self.patch_dim, 'pred')(x[:, lead:]).astype(jnp.float32)
 
 
@@ -149,7 +151,8 @@ class MaskedAutoencoder:
                    num_heads=self.decoder_heads, mlp_dim=self.decoder_mlp_dim,
                    patch_dim=ph * pw * 3, grid=grid,
                    class_token=vit_lib.has_class_token(self.model),
-                   posemb=self.posemb, dtype=self.model.dtype)
+                   posemb=self.posemb, dtype=self.model.dtype,
+                   attention=self.model.attention)
 
   def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
     """Fresh parameters; with sin-cos positions the ViT's table holds them (exported)."""
