@@ -300,7 +300,6 @@ def apply_mae_pretrain(c: ml_collections.ConfigDict, dataset: str) -> None:
     c.total_steps = OTHER_PRETRAIN_STEPS
     c.warmup_steps = OTHER_PRETRAIN_STEPS * MAE_WARMUP_EPOCHS // MAE_EPOCHS
   c.pp.min_area = 0.2
-  c.model.stochastic_depth = 0.0
 
 
 def apply_quickstart_model(c: ml_collections.ConfigDict) -> None:
