@@ -5,8 +5,9 @@
       --workdir=/tmp/ssl_mpp
 
 Argument: the objective, masked_patch or mae. The model and input are the quickstart's
-(configs/quickstart.py); labels are read only by the few-shot probe at the end. Fine-tune
-the result with the quickstart's recipe:
+(configs/quickstart.py), with a class token as in MAE (the quickstart pools by average and
+drops it when it fine-tunes); labels are read only by the few-shot probe at the end.
+Fine-tune the result with the quickstart's recipe:
   python -m vit_jax.main --config=configs/quickstart.py --workdir=/tmp/ft_mae \
       --config.pretrained_path=/tmp/ssl_mae/params.npz
 """
