@@ -4,11 +4,10 @@
       --mode=train --optimizer=adam --steps=20 --compare=timm
 
 Times exactly what the trainer runs: the model from the config (models.from_config),
-the named objective (supervised, masked_patch, mae), optimizer and schedule,
-train.step.make_train_step,
-jitted with the trainer's mesh shardings and state donation, on a synthetic batch
-resident on the devices (--input=host feeds a fresh host batch each step instead).
-Prints img/s, step time, compile time, peak device memory, analytic FLOPs (train = 3x
+the named objective (supervised, masked_patch, mae), optimizer and schedule, and
+train.step.make_train_step jitted with the trainer's mesh shardings and state donation,
+on a synthetic batch resident on the devices (--input=host feeds a fresh host batch
+each step instead). Prints img/s, step time, compile time, peak device memory, analytic FLOPs (train = 3x
 forward) and MFU against the peak it names; with --compare=timm it first runs timm's
 same-size model (the repository's tools/bench_timm.py, torch code) in its own process
 and prints the ratio. Needs neither TensorFlow nor a dataset.
