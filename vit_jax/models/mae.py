@@ -226,23 +226,25 @@ class MaskedAutoencoder:
     return embed + enc + dec
 
 
+def _patch_stats(patches: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Each patch's pixel mean and standard deviation (eps 1e-6 on the variance)."""
+  mean = patches.mean(axis=-1, keepdims=True)
+  return mean, jnp.sqrt(patches.var(axis=-1, keepdims=True) + 1e-6)
+
+
 def pixel_targets(images: jax.Array, patch: tuple[int, int],
                   normalize: bool = True) -> jax.Array:
   """The patches' pixels [n, tokens, ph * pw * 3], each patch to mean 0 / variance 1."""
   target = masking.patchify(images.astype(jnp.float32), patch)
   if not normalize:
     return target
-  mean = target.mean(axis=-1, keepdims=True)
-  var = target.var(axis=-1, keepdims=True)
-  return (target - mean) / jnp.sqrt(var + 1e-6)
+  mean, std = _patch_stats(target)
+  return (target - mean) / std
 
 
-def denormalize(pred: jax.Array, images: jax.Array,
-                patch: tuple[int, int]) -> jax.Array:
+def denormalize(pred: jax.Array, patches: jax.Array) -> jax.Array:
   """Predicted normalised patches back in pixel units, with each true patch's mean/std."""
-  target = masking.patchify(images.astype(jnp.float32), patch)
-  mean = target.mean(axis=-1, keepdims=True)
-  std = jnp.sqrt(target.var(axis=-1, keepdims=True) + 1e-6)
+  mean, std = _patch_stats(patches)
   return pred * std + mean
 
 
@@ -255,10 +257,10 @@ def reconstruction(mae: MaskedAutoencoder, params: Params, images: jax.Array,
   """
   grid = patch_grid(mae.model, images.shape)
   pred, mask = mae.predict(params, images, rng)
-  if normalized:
-    pred = denormalize(pred, images, mae.patch)
-  masked = mask.masked[..., None]
   patches = masking.patchify(images.astype(jnp.float32), mae.patch)
+  if normalized:
+    pred = denormalize(pred, patches)
+  masked = mask.masked[..., None]
   grey = masking.unpatchify(patches * (1 - masked), grid, mae.patch)
   recon = masking.unpatchify(pred, grid, mae.patch)
   pasted = masking.unpatchify(patches * (1 - masked) + pred * masked, grid, mae.patch)

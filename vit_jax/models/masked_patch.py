@@ -37,7 +37,7 @@ def corrupt(rng: jax.Array, batch: int, tokens: int, mask_ratio: float = 0.5,
             replace_mask: float = 0.8, replace_random: float = 0.1) -> Corruption:
   """Chooses round(mask_ratio * tokens) patches per image and what becomes of each."""
   choose_rng, action_rng, source_rng = jax.random.split(rng, 3)
-  chosen = random_chosen(choose_rng, batch, tokens, mask_ratio)
+  chosen = masking.random_mask(choose_rng, batch, tokens, mask_ratio).masked
   u = jax.random.uniform(action_rng, (batch, tokens))
   action = jnp.where(u < replace_mask, MASK,
                      jnp.where(u < replace_mask + replace_random, RANDOM, KEEP))
@@ -46,11 +46,6 @@ def corrupt(rng: jax.Array, batch: int, tokens: int, mask_ratio: float = 0.5,
   offset = jax.random.randint(source_rng, (batch, tokens), 1, max(tokens, 2))
   source = (jnp.arange(tokens)[None] + offset) % tokens
   return Corruption(chosen, action, source)
-
-
-def random_chosen(rng: jax.Array, batch: int, tokens: int, ratio: float) -> jax.Array:
-  """[n, tokens] 1.0 at round(ratio * tokens) uniformly chosen patches of each image."""
-  return masking.random_mask(rng, batch, tokens, ratio).masked
 
 
 def quantize(values: jax.Array, bits: int) -> jax.Array:
