@@ -206,7 +206,7 @@ class PredictTest(absltest.TestCase):
       f.write(b'\x89PNG\r\n\x1a\n garbage')
     proc = subprocess.run(cmd + ['--labels=imagenet1k', bad], capture_output=True,
                           text=True, env=env, timeout=300)
-    self.assertEqual(proc.returncode, 1)
+    self.assertEqual(proc.returncode, 2)
     self.assertEqual(proc.stderr.strip().splitlines(),
                      [proc.stderr.strip()], 'one line, no traceback')
     self.assertIn(f'Cannot read image {bad}', proc.stderr)
