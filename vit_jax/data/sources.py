@@ -21,6 +21,7 @@ e.g. cifar10 is known without a download. Embedded datasets and folders are alwa
 on first use (seconds), since that needs no network.
 """
 import contextlib
+import difflib
 import fcntl
 import io
 import logging
@@ -52,7 +53,9 @@ def resolve(name: str) -> DatasetSpec:
                        label_names=cfg.class_names, builder_config=cfg, local=True)
   if name.startswith('tfds:'):
     return DatasetSpec(name[len('tfds:'):], 'train', 'test', -1)
-  raise ValueError(f'Unknown dataset {name!r}; known: {", ".join(known_names())}')
+  close = difflib.get_close_matches(name, list(DATASETS), n=3, cutoff=0.6)
+  hint = f' Did you mean {", ".join(map(repr, close))}?' if close else ''
+  raise ValueError(f'Unknown dataset {name!r}.{hint} Known: {", ".join(known_names())}')
 
 
 class _CustomConfigFilter(logging.Filter):
