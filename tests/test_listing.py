@@ -67,6 +67,15 @@ class ListTest(absltest.TestCase):
     self.assertEqual((proc.returncode, proc.stderr.strip().splitlines()), (2, [
         "vit_jax.list: error: Unknown section 'modelz'; name any of models, configs, "
         'datasets; see vit_jax.list --help.']))
+    # vit_jax.main names shipped configs by name from any directory.
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    proc = subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=quikstart',
+                           f'--workdir={workdir}'], capture_output=True, text=True,
+                          env=env, timeout=300, cwd='/')
+    self.assertEqual(proc.returncode, 2)
+    self.assertRegex(proc.stderr.strip(), r"^vit_jax: error: config file 'quikstart' does "
+                     r"not exist and names no shipped config; did you mean 'quickstart'")
+    self.assertFalse(os.path.exists(workdir))
 
 
 if __name__ == '__main__':

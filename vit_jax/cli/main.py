@@ -10,6 +10,7 @@ import jax
 from ml_collections import config_flags
 
 from vit_jax.cli import common
+from vit_jax.configs import experiments
 from vit_jax.parallel import distributed
 from vit_jax.train import loop
 from vit_jax.train import preemption
@@ -70,10 +71,20 @@ def _one_line(text: str) -> str:
   return errors[-1].strip() if errors else text.strip().splitlines()[0]
 
 
+def shipped_config(argv: list[str]) -> list[str]:
+  """argv with `--config=NAME` (or a configs/ path that is not here) naming the shipped file."""
+  out = []
+  for arg in argv:
+    if arg.startswith('--config=') and len(arg) > len('--config='):
+      arg = '--config=' + experiments.resolve(arg[len('--config='):])
+    out.append(arg)
+  return out
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """Parses flags; a bad --config/--config.KEY becomes one line, not a traceback."""
   try:
-    rest = flags.FLAGS(argv)
+    rest = flags.FLAGS(shipped_config(argv))
     if _CONFIG.value is not None:
       _ = _CONFIG.value.to_dict  # config_flags reports a bad file only on use
     return rest
