@@ -47,8 +47,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train_split = ''   # '' = the dataset's default
   c.eval_split = ''
   c.pp = ml_collections.ConfigDict({
-      'train': 'finetune',        # 'pretrain' | 'finetune' | 'finetune_inception'
-      'eval': 'central_crop',     # 'central_crop' | 'resize'
+      # pp strings: ops by name joined by '|' (vit_jax.data.pp_registry), e.g.
+      # 'pretrain|randaug(2, 9, 0.5)'; the recipes below are named compositions of ops.
+      'train': 'finetune',        # 'pretrain' | 'finetune' | 'finetune_inception' | ops
+      'eval': 'central_crop',     # 'central_crop' | 'resize' | deterministic ops
       'crop': 384,                # training/eval resolution
       'resize': 448,              # resize before crop (finetune, central_crop)
       'flip': True,
