@@ -29,7 +29,10 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+# The other op modules register their ops on import.
+from vit_jax.data import augment  # pylint: disable=unused-import
 from vit_jax.data import pp_registry
+from vit_jax.data import randaug  # pylint: disable=unused-import
 from vit_jax.data.pp_registry import register
 
 def decode(data: tf.Tensor, channels: int = 3) -> tf.Tensor:
