@@ -151,6 +151,45 @@ class TrainPipelineTest(parameterized.TestCase):
     self.assertBetween(float(batch['image'].min()), -1.0, 1.0)
     self.assertBetween(float(batch['image'].max()), -1.0, 1.0)
 
+  def test_cutmix_pastes_the_partner_box_and_weighs_labels_by_area(self):
+    config = _tiny(**{'pp.cutmix': 1.0, 'pp.label_smoothing': 0.1, 'pp.crop': 8})
+    host = _batches(config, [0, 1, 2, 3])[0]
+    out = input_pipeline.finalize(host, 2)  # blocks of 2 rows: each row's partner is the other
+    image = input_pipeline.value_range(host['image'])
+    partner = image.reshape(4, 2, 8, 8, 3)[:, ::-1].reshape(image.shape)
+    boxes = host['box']
+    for row in range(8):
+      top, left, h, w = boxes[row]
+      inside = np.zeros((8, 8), bool)
+      inside[top:top + h, left:left + w] = True
+      np.testing.assert_allclose(out['image'][row][inside], partner[row][inside])
+      np.testing.assert_allclose(out['image'][row][~inside], image[row][~inside])
+      # The label weight is the uncovered area, applied to the smoothed targets.
+      self.assertAlmostEqual(float(host['ratio'][row]), 1 - inside.mean(), places=6)
+    np.testing.assert_allclose(np.asarray(out['label']).sum(1), np.ones(8), rtol=1e-5)
+    self.assertGreater(np.mean(boxes[:, 2] * boxes[:, 3]), 0)  # some boxes are not empty
+    # One draw per shard and step: the two rows of a shard share it.
+    np.testing.assert_array_equal(boxes[0::2], boxes[1::2])
+
+  def test_cutmix_and_mixup_switch(self):
+    both = {'pp.cutmix': 1.0, 'pp.mixup': 0.8}
+    all_cut = _batches(_tiny(**both, **{'pp.cutmix_switch_prob': 1.0}), [0, 1, 2, 3], 0, 3)
+    all_mix = _batches(_tiny(**both, **{'pp.cutmix_switch_prob': 0.0}), [0, 1, 2, 3], 0, 3)
+    for cut, mix in zip(all_cut, all_mix):
+      np.testing.assert_array_equal(cut['image_ratio'], np.ones(8))
+      np.testing.assert_array_equal(mix['box'], np.zeros((8, 4)))
+      np.testing.assert_array_equal(mix['image_ratio'], mix['ratio'])
+    switched = _batches(_tiny(**both), [0, 1, 2, 3], 0, 8)
+    kinds = {float(r) == 1.0 for b in switched for r in b['image_ratio']}
+    self.assertEqual(kinds, {True, False})  # both kinds of draw at the default 0.5
+
+  def test_mixing_settings_out_of_range(self):
+    for key, value, message in (('pp.cutmix', -1.0, r'config.pp.cutmix=-1.0 must be >= 0'),
+                                ('pp.cutmix_switch_prob', 1.5,
+                                 r'config.pp.cutmix_switch_prob=1.5 must be in \[0, 1\]')):
+      with self.assertRaisesRegex(ValueError, message):
+        input_pipeline.train_dataset(_tiny(**{key: value}), [0])
+
   def test_multi_hot_targets(self):
     batch = _batches(_tiny(**{'pp.multi_hot': True}), [0, 1, 2, 3])[0]
     np.testing.assert_array_equal(batch['label'].sum(1), np.ones(8))

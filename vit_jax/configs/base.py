@@ -57,6 +57,8 @@ def get_base_config() -> ml_collections.ConfigDict:
       'pad': 0,                   # finetune: zero pixels added on every side before the crop (shifts)
       'min_area': 0.05,           # inception crop area range
       'mixup': 0.0,               # mixup alpha; 0 = off
+      'cutmix': 0.0,              # CutMix alpha; 0 = off
+      'cutmix_switch_prob': 0.5,  # with both on: CutMix's share of the draws (timm)
       'label_smoothing': 0.0,
       'multi_hot': False,         # multi-hot targets (sigmoid losses, ImageNet-21k)
       'num_channels': 3,          # images always reach the model with 3 channels

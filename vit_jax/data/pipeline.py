@@ -140,6 +140,12 @@ def check_train_config(config, info) -> None:
   if pp.num_channels not in (1, 3):
     raise ValueError(f'config.pp.num_channels={pp.num_channels} must be 1 or 3')
   preprocess.train_chain(pp)  # op names and arguments
+  for key in ('mixup', 'cutmix'):
+    if not pp.get(key, 0.0) >= 0:
+      raise ValueError(f'config.pp.{key}={pp.get(key)!r} must be >= 0 (Beta alpha; 0 = off)')
+  if not 0 <= pp.get('cutmix_switch_prob', 0.5) <= 1:
+    raise ValueError(f'config.pp.cutmix_switch_prob={pp.cutmix_switch_prob!r} must be in '
+                     '[0, 1]')
   shards = config.data_shards
   if shards < 1 or config.batch % shards:
     raise ValueError(f'config.batch={config.batch} is not divisible by '
@@ -162,7 +168,8 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   """The per-process tf.data training pipeline for the given virtual shards (ascending).
 
   Yields batches of len(shards) * batch/data_shards rows: {'image': uint8, 'label', 'index'
-  (each example's position in the training split), 'ratio' (mixup weights, with pp.mixup)}.
+  (each example's position in the training split), 'ratio' (mixing weights, with pp.mixup
+  or pp.cutmix), 'image_ratio' and 'box' (with pp.cutmix)}.
   finalize() turns them into model inputs. Exposed so tests and tools can build any
   process's part of the global batch without a multi-process run.
   """
@@ -197,10 +204,10 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
            'label': preprocess.targets(label, info.num_classes, pp.multi_hot,
                                        pp.label_smoothing),
            'index': el['index']}
-    if pp.mixup > 0:
-      # One weight per shard and step: every row of a shard's block gets the same one.
+    if pp.mixup > 0 or pp.get('cutmix', 0.0) > 0:
+      # One draw per shard and step: every row of a shard's block gets the same one.
       step_seed = fold_in(fold_in(base_seed, 2 * el['shard'] + 1), el['position'] // rows)
-      out['ratio'] = preprocess.mixup_ratio(step_seed, pp.mixup)
+      out.update(preprocess.mix_params(step_seed, pp))
     return out
 
   ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -271,24 +278,37 @@ def value_range(image):
 
 
 def finalize(batch: dict, group: int) -> dict:
-  """Turns a pipeline batch into model inputs: float32 images in [-1, 1], mixup applied.
+  """Turns a pipeline batch into model inputs: float32 images in [-1, 1], Mixup/CutMix applied.
 
   Mixup pairs each row with its neighbour inside consecutive blocks of `group` rows (one
   virtual shard's rows), so it does not depend on how rows are spread over processes.
   Runs on the devices, under jit, on global arrays.
   """
-  out = {k: v for k, v in batch.items() if k not in ('ratio', 'index')}
+  out = {k: v for k, v in batch.items() if k not in ('ratio', 'image_ratio', 'box', 'index')}
   out['image'] = value_range(batch['image'])
   if 'ratio' in batch:
-    ratio = batch['ratio']
 
-    def mix(x):
+    def mix(x, weight):
       blocks = x.reshape((-1, group) + x.shape[1:])
       partner = jnp.roll(blocks, 1, axis=1).reshape(x.shape)
-      lam = ratio.reshape((-1,) + (1,) * (x.ndim - 1))
+      lam = weight.reshape(weight.shape + (1,) * (x.ndim - weight.ndim))
       return lam * x + (1.0 - lam) * partner
-    out['image'], out['label'] = mix(out['image']), mix(out['label'])
+    image_weight = batch['ratio']
+    if 'box' in batch:
+      image_weight = _cutmix_weights(batch['box'], batch['image_ratio'],
+                                     out['image'].shape[1:3])
+    out['image'] = mix(out['image'], image_weight)
+    out['label'] = mix(out['label'], batch['ratio'])
   return out
+
+
+def _cutmix_weights(box, outside, hw: tuple[int, int]):
+  """Per-pixel weights [batch, H, W] of each row's own image: 0 inside its box, else `outside`."""
+  rows = jnp.arange(hw[0])[None, :, None]
+  cols = jnp.arange(hw[1])[None, None, :]
+  top, left, height, width = (box[:, i, None, None] for i in range(4))
+  inside = (rows >= top) & (rows < top + height) & (cols >= left) & (cols < left + width)
+  return jnp.where(inside, 0.0, outside[:, None, None])
 
 
 def _finalizer(sharding: jax.sharding.NamedSharding, group: int):

@@ -1,4 +1,4 @@
-"""Per-example ops of the input pipeline: decode, crop, resize, flip, targets, mixup weights.
+"""Per-example ops of the input pipeline: decode, crop, resize, flip, targets, Mixup/CutMix draws.
 
 All ops are TensorFlow and run inside tf.data on the host. Every random op is stateless and
 takes an explicit seed (an int64 [2] tensor), so an example's augmentation is a function of
@@ -231,6 +231,43 @@ def mixup_ratio(seed: tf.Tensor, alpha: float) -> tf.Tensor:
   """Draws the mixing weight lambda ~ Beta(alpha, alpha) from a stateless seed."""
   g = tf.random.stateless_gamma([2], seed=seed, alpha=alpha)
   return g[0] / (g[0] + g[1])
+
+
+def cutmix_box(seed: tf.Tensor, alpha: float, size: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """A CutMix box [top, left, height, width] in a size x size image and its label weight.
+
+  As timm's rand_bbox: lambda ~ Beta(alpha, alpha), a box of sides size * sqrt(1 - lambda)
+  centred uniformly and clipped to the image; the label weight is the uncovered fraction.
+  """
+  ratio_seed, y_seed, x_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+  cut = tf.cast(size * tf.sqrt(1.0 - mixup_ratio(ratio_seed, alpha)), tf.int32)
+  cy = tf.random.stateless_uniform([], y_seed, 0, size, tf.int32)
+  cx = tf.random.stateless_uniform([], x_seed, 0, size, tf.int32)
+  top, bottom = tf.maximum(cy - cut // 2, 0), tf.minimum(cy + cut // 2, size)
+  left, right = tf.maximum(cx - cut // 2, 0), tf.minimum(cx + cut // 2, size)
+  weight = 1.0 - tf.cast((bottom - top) * (right - left), tf.float32) / float(size * size)
+  return tf.stack([top, left, bottom - top, right - left]), weight
+
+
+def mix_params(seed: tf.Tensor, pp) -> dict[str, tf.Tensor]:
+  """The batch-mixing draw of one shard's rows at one step: Mixup or CutMix (timm's switch).
+
+  {'ratio': label weight}, and with pp.cutmix also 'image_ratio' (the pixel weight outside
+  the box) and 'box' ([top, left, height, width], empty for a Mixup draw). Mixup alone draws
+  exactly what it drew before CutMix existed.
+  """
+  if not pp.get('cutmix', 0.0):
+    return {'ratio': mixup_ratio(seed, pp.mixup)}
+  switch_seed, mixup_seed, cutmix_seed = tf.unstack(
+      tf.random.experimental.stateless_split(seed, 3))
+  box, cut_weight = cutmix_box(cutmix_seed, pp.cutmix, pp.crop)
+  if not pp.mixup:
+    return {'ratio': cut_weight, 'image_ratio': tf.constant(1.0), 'box': box}
+  lam = mixup_ratio(mixup_seed, pp.mixup)
+  use_cutmix = tf.random.stateless_uniform([], switch_seed) < pp.cutmix_switch_prob
+  return {'ratio': tf.where(use_cutmix, cut_weight, lam),
+          'image_ratio': tf.where(use_cutmix, 1.0, lam),
+          'box': tf.where(use_cutmix, box, tf.zeros_like(box))}
 
 
 def _clevr_count(f):
