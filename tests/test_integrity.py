@@ -248,7 +248,10 @@ class BadInputTest(absltest.TestCase):
              (dict(batch=18), 'config.batch=18'),
              (dict(pp=dict(crop=-3)), r'config.pp.crop=-3 must be a positive'),
              (dict(pp=dict(train='finetune|no_such_op')), "unknown op 'no_such_op'"),
-             (dict(pp=dict(eval='resize(28, keep=1)')), "op 'resize': got an unexpected")]
+             (dict(pp=dict(eval='resize(28, keep=1)')), "op 'resize': got an unexpected"),
+             (dict(pp=dict(train='finetune|randaug(2, 40)')),
+              r'magnitude=40 is out of range \[0, 30\]'),
+             (dict(layer_decay=1.5), r'config.layer_decay=1.5 must be in \(0, 1\]')]
     for overrides, message in cases:
       workdir = os.path.join(parent, 'run')
       with self.assertRaisesRegex(ValueError, message):

@@ -116,6 +116,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       'adam': {'b1': 0.9, 'b2': 0.999, 'eps': 1e-8, 'mu_dtype': 'float32'},
   })
   c.weight_decay = 0.0            # decoupled, multiplied by the learning rate; kernels only
+  # Layer-wise learning-rate decay in (0, 1]: embeddings x decay^(L+1), block i x
+  # decay^(L-i), head x 1 (MAE/BEiT fine-tuning); 1 = off.
+  c.layer_decay = 1.0
   c.grad_clip_norm = 1.0          # 0 = off
 
   # Devices: mesh axis sizes (-1 = all remaining devices) and sharding rules.
