@@ -5,10 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from tests import test_train
 from vit_jax import models
 from vit_jax.configs import base
 from vit_jax.configs import recipes
 from vit_jax.train import layer_decay
+from vit_jax.train import loop
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
 
@@ -204,6 +206,19 @@ class LayerDecayTest(absltest.TestCase):
       self.assertAlmostEqual(scale, want[group], msg='/'.join(keys))
     self.assertAlmostEqual(got['Transformer']['encoderblock_1']['MlpBlock_0']['Dense_0'][
         'kernel'], d ** 2)
+
+  def test_groups_described_for_the_log(self):
+    text = layer_decay.describe(self._tiny_vit_params(), models.family_of('testing').layer_of,
+                                0.5)
+    self.assertEqual(text, 'embeddings x0.0625, block 0 x0.125, block 1 x0.25, '
+                     'block 2 x0.5, head and final norm x1')
+
+  def test_a_run_with_layer_decay_trains_and_logs_its_groups(self):
+    config = test_train.tiny_config(layer_decay=0.7, checkpoint_every=0)
+    with self.assertLogs(level='INFO') as logs:
+      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+    self.assertTrue(any('Layer-wise lr decay 0.7: embeddings x0.' in line
+                        for line in logs.output))
 
   def _updates(self, optimizer, layer_decay_value, **kw):
     c = _config(model_name='testing', optimizer=optimizer, base_lr=0.1, warmup_steps=0,

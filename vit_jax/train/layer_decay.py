@@ -28,6 +28,18 @@ def scales(params: Any, layer_of: LayerOf, decay: float) -> Any:
                       is_leaf=lambda d: d is None)
 
 
+def describe(params: Any, layer_of: LayerOf, decay: float) -> str:
+  """'embeddings x0.075, block 0 x0.116, ..., head and final norm x1' for the log."""
+  groups = {}
+  for path, scale in jax.tree_util.tree_leaves_with_path(scales(params, layer_of, decay)):
+    layer = layer_of(_keys(path))
+    name = ('head and final norm' if layer is None else 'embeddings' if layer == 0
+            else f'block {layer - 1}')
+    groups.setdefault(name, scale)
+  order = sorted(groups, key=groups.get)
+  return ', '.join(f'{name} x{groups[name]:.3g}' for name in order)
+
+
 def scale_by_layer(layer_of: LayerOf, decay: float) -> optax.GradientTransformation:
   """Multiplies each update by its parameter's layer-decay scale."""
 
