@@ -4,7 +4,9 @@ An op is one builder function registered here under a name: called with the op's
 from the pp string, it checks them (a ValueError names the argument) and returns the per-
 example function. Random ops take (image, seed) and are given their own stateless seed;
 deterministic ops take (image). Decoding ops take an `Encoded` record instead of an image
-and may only come first. Named compositions (the recipes) expand to pp strings of ops.
+and may only come first. Named compositions (the recipes) expand to pp strings of ops: a
+bare composition name expands ('resize'), the same name with arguments is the op
+('resize(224)').
 """
 import ast
 import dataclasses
