@@ -128,9 +128,9 @@ def erase(prob: float = 0.25, min_area: float = 0.02, max_area: float = 1 / 3,
     raise ValueError(f'min_aspect={min_aspect!r} must be in (0, 1]')
   log_aspect = (math.log(min_aspect), -math.log(min_aspect))
 
-  def box(image: tf.Tensor, seed: tf.Tensor):
-    """The first of 10 candidate boxes that fits (timm's attempts), and whether one did."""
-    s = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
+  def box(image: tf.Tensor, seed: tf.Tensor) -> list[tf.Tensor]:
+    """[top, left, height, width] of the first of 10 tries that fits (timm's); 0 x 0 if none."""
+    s = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     h, w = tf.shape(image)[0], tf.shape(image)[1]
     area = tf.cast(h * w, tf.float32) * tf.random.stateless_uniform(
         [_ERASE_ATTEMPTS], s[0], min_area, max_area)
@@ -139,21 +139,26 @@ def erase(prob: float = 0.25, min_area: float = 0.02, max_area: float = 1 / 3,
     bw = tf.cast(tf.round(tf.sqrt(area / aspect)), tf.int32)
     fits = (bh < h) & (bw < w) & (bh > 0) & (bw > 0)
     i = tf.argmax(tf.cast(fits, tf.int32))
-    bh, bw = bh[i], bw[i]
+    bh, bw = tf.where(fits[i], bh[i], 0), tf.where(fits[i], bw[i], 0)
     u = tf.random.stateless_uniform([2], s[2])
     top = tf.cast(u[0] * tf.cast(h - bh + 1, tf.float32), tf.int32)
     left = tf.cast(u[1] * tf.cast(w - bw + 1, tf.float32), tf.int32)
-    rows = tf.range(h)[:, None, None]
-    cols = tf.range(w)[None, :, None]
-    inside = (rows >= top) & (rows < top + bh) & (cols >= left) & (cols < left + bw)
-    return inside & fits[i], s[3]
+    return [top, left, bh, bw]
 
   def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    box_seed, apply_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    box_seed, noise_seed, apply_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, 3))
 
     def erase_box(x):
-      inside, noise_seed = box(x, box_seed)
-      noise = _ERASE_MEAN + _ERASE_STD * tf.random.stateless_normal(tf.shape(x), noise_seed)
-      return tf.where(inside, noise, tf.cast(x, tf.float32))
+      top, left, bh, bw = box(x, box_seed)
+      h, w = tf.shape(x)[0], tf.shape(x)[1]
+      # Noise for the box only (drawing it for the whole image costs more than RandAugment).
+      noise = _ERASE_MEAN + _ERASE_STD * tf.random.stateless_normal(
+          tf.stack([bh, bw, tf.shape(x)[2]]), noise_seed)
+      patch = tf.pad(randaug.as_uint8(noise), [[top, h - top - bh], [left, w - left - bw],
+                                               [0, 0]])
+      rows, cols = tf.range(h)[:, None, None], tf.range(w)[None, :, None]
+      inside = (rows >= top) & (rows < top + bh) & (cols >= left) & (cols < left + bw)
+      return tf.where(inside, patch, x)
     return _maybe(prob, apply_seed, image, erase_box)
   return fn
