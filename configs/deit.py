@@ -4,7 +4,8 @@
 
 AdamW, lr 5e-4 x batch/512 (batch 1024), weight decay 0.05, 300 epochs with 5 of warm-up,
 cosine to 1e-5, label smoothing 0.1, stochastic depth 0.1, RandAugment (2, 9, noise 0.5),
-random erasing 0.25, Mixup 0.8 / CutMix 1.0. Not built: repeated augmentation.
+random erasing 0.25, Mixup 0.8 / CutMix 1.0, repeated augmentation (3 copies of each
+image).
 """
 from vit_jax.configs import base
 from vit_jax.configs import recipes

@@ -190,6 +190,53 @@ class TrainPipelineTest(parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, message):
         input_pipeline.train_dataset(_tiny(**{key: value}), [0])
 
+  def test_repeated_augmentation_copies_each_image_and_resumes_exactly(self):
+    config = _tiny(batch=12, **{'pp.repeats': 3})  # 3 rows per shard: one image, 3 copies
+    run = _batches(config, [0, 1, 2, 3], 0, 4)
+    for batch in run:
+      index = batch['index'].reshape(-1, 3)
+      np.testing.assert_array_equal(index, np.repeat(index[:, :1], 3, axis=1))
+      copies = batch['image'].reshape(-1, 3, 8, 8, 3)
+      self.assertFalse(all(np.array_equal(c[0], c[1]) and np.array_equal(c[1], c[2])
+                           for c in copies))  # augmented apart
+    resumed = _batches(config, [0, 1, 2, 3], 2, 2)
+    for a, b in zip(run[2:], resumed):
+      for key in ('image', 'index'):
+        np.testing.assert_array_equal(a[key], b[key])
+    # An epoch of the split reads each image once per 3 copies: 64 images in 16 steps.
+    seen = np.concatenate([b['index'] for b in _batches(config, [0, 1, 2, 3], 0, 16)])
+    self.assertEqual(len(np.unique(seen)), 64)
+
+  def test_repeated_copies_are_not_mixed_with_each_other(self):
+    config = _tiny(batch=24, **{'pp.repeats': 3, 'pp.mixup': 0.5})  # 6 rows per shard
+    host = _batches(config, [0, 1, 2, 3])[0]
+    out = input_pipeline.finalize(host, 6, 3)
+    partner = np.roll(host['index'].reshape(4, 6), 3, axis=1).reshape(-1)
+    self.assertTrue(np.all(partner != host['index']))
+    lam = host['ratio'][:, None, None, None]
+    image = input_pipeline.value_range(host['image'])
+    mixed = lam * image + (1 - lam) * np.roll(image.reshape(4, 6, 8, 8, 3), 3, 1).reshape(
+        image.shape)
+    np.testing.assert_allclose(out['image'], mixed, rtol=1e-5, atol=1e-6)
+
+  def test_copies_may_span_steps_and_still_resume_exactly(self):
+    config = _tiny(**{'pp.repeats': 3})  # 2 rows per shard: copies run across steps
+    run = _batches(config, [0, 1], 0, 5)
+    shard0 = np.concatenate([b['index'][:2] for b in run])
+    np.testing.assert_array_equal(shard0[:9], np.repeat(shard0[0:9:3], 3))
+    for start in (1, 2):  # resumed mid-copies
+      resumed = _batches(config, [0, 1], start, 5 - start)
+      for a, b in zip(run[start:], resumed):
+        for key in ('image', 'index'):
+          np.testing.assert_array_equal(a[key], b[key])
+
+  def test_bad_repeats_are_one_line(self):
+    with self.assertRaisesRegex(ValueError, 'config.pp.repeats=0 must be a positive integer'):
+      input_pipeline.train_dataset(_tiny(**{'pp.repeats': 0}), [0])
+    with self.assertRaisesRegex(ValueError, r'config.pp.repeats=2 with Mixup/CutMix needs at '
+                                r'least 4 rows per data shard \(.* = 2\)'):
+      input_pipeline.train_dataset(_tiny(**{'pp.repeats': 2, 'pp.mixup': 0.8}), [0])
+
   def test_multi_hot_targets(self):
     batch = _batches(_tiny(**{'pp.multi_hot': True}), [0, 1, 2, 3])[0]
     np.testing.assert_array_equal(batch['label'].sum(1), np.ones(8))

@@ -117,7 +117,8 @@ EXPECTED.update({
         # 300 and 5 epochs of 1,281,167 images at batch 1024.
         'total_steps': 375_341, 'warmup_steps': 6_255,
         'model.stochastic_depth': 0.1, 'model.dropout_rate': 0.0,
-        'model.representation_size': 0, 'objectives.supervised.loss': 'softmax_xent'},
+        'model.representation_size': 0, 'objectives.supervised.loss': 'softmax_xent',
+        'pp.repeats': 3},
     'mae_finetune.py:b16,imagenet2012': {
         **TIMM_INPUT, 'model_name': 'ViT-B_16', 'dataset': 'imagenet2012',
         'optimizer': 'adam', 'optimizers.adam.b1': 0.9, 'optimizers.adam.b2': 0.999,
@@ -128,7 +129,7 @@ EXPECTED.update({
         # 100 and 5 epochs of 1,281,167 images at batch 1024.
         'total_steps': 125_113, 'warmup_steps': 6_255,
         'model.stochastic_depth': 0.1, 'model.dropout_rate': 0.0,
-        'model.classifier': 'gap', 'model.representation_size': 0},
+        'model.classifier': 'gap', 'model.representation_size': 0, 'pp.repeats': 1},
     'augreg_pretrain.py:b16,imagenet21k,light2,reg=0.1': {
         **AUGREG_PRETRAIN, 'model_name': 'ViT-B_16', 'dataset': 'imagenet21k',
         'pp.train': 'pretrain|randaug(2, 10)', 'pp.mixup': 0.2,

@@ -53,7 +53,8 @@ def _crop(c) -> str:
   out += ''.join(f', `{op}`' for op in ops)
   mixing = [f'{k} {pp[k]:g}' for k in ('mixup', 'cutmix') if pp.get(k)]
   smoothing = [f'smoothing {pp.label_smoothing:g}'] if pp.label_smoothing else []
-  return out + ''.join(f'; {x}' for x in mixing + smoothing)
+  repeats = [f'{pp.repeats} copies'] if pp.get('repeats', 1) > 1 else []
+  return out + ''.join(f'; {x}' for x in mixing + smoothing + repeats)
 
 
 def _eval(c) -> str:

@@ -59,6 +59,7 @@ def get_base_config() -> ml_collections.ConfigDict:
       'mixup': 0.0,               # mixup alpha; 0 = off
       'cutmix': 0.0,              # CutMix alpha; 0 = off
       'cutmix_switch_prob': 0.5,  # with both on: CutMix's share of the draws (timm)
+      'repeats': 1,               # repeated augmentation (DeiT: 3): copies of each image in a row
       'label_smoothing': 0.0,
       'multi_hot': False,         # multi-hot targets (sigmoid losses, ImageNet-21k)
       'num_channels': 3,          # images always reach the model with 3 channels

@@ -363,8 +363,8 @@ def _apply_timm_augmentation(c: ml_collections.ConfigDict) -> None:
 
 # DeiT (Touvron et al. 2021; facebookresearch/deit main.py): AdamW, lr 5e-4 x batch / 512,
 # batch 1024, weight decay 0.05, 300 epochs, 5 warm-up, cosine to 1e-5, no clipping,
-# stochastic depth 0.1, no dropout, class token without a pre-logits layer. Not built here:
-# repeated augmentation (3 per image).
+# stochastic depth 0.1, no dropout, class token without a pre-logits layer, repeated
+# augmentation (3 copies of each image; its --repeated-aug default).
 DEIT_EPOCHS = 300
 DEIT_WARMUP_EPOCHS = 5
 DEIT_BASE_LR = 5e-4  # per 512 images
@@ -390,6 +390,7 @@ def apply_deit(c: ml_collections.ConfigDict, dataset: str) -> None:
   c.model.representation_size = 0
   c.objectives.supervised.loss = 'softmax_xent'
   _apply_timm_augmentation(c)
+  c.pp.repeats = 3
   c.evals.test.every = 5000
   c.checkpoint_every = 2000
 
@@ -415,6 +416,7 @@ def apply_mae_finetune(c: ml_collections.ConfigDict, dataset: str) -> None:
   c.base_lr = MAE_FT_BASE_LR * c.batch / 256
   c.end_lr = 1e-6
   c.layer_decay = MAE_FT_LAYER_DECAY
+  c.pp.repeats = 1  # MAE fine-tunes without repeated augmentation
   _apply_epochs(c, dataset, MAE_FT_EPOCHS, MAE_FT_WARMUP_EPOCHS)
   c.model.classifier = 'gap'
 
