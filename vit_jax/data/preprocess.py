@@ -1,4 +1,4 @@
-"""Per-example ops of the input pipeline: decode, crop, resize, flip, targets, Mixup/CutMix draws.
+"""Per-example ops of the input pipeline: decode, crop, resize, flip, targets, mixing draws.
 
 All ops are TensorFlow and run inside tf.data on the host. Every random op is stateless and
 takes an explicit seed (an int64 [2] tensor), so an example's augmentation is a function of
@@ -34,6 +34,7 @@ from vit_jax.data import augment  # pylint: disable=unused-import
 from vit_jax.data import pp_registry
 from vit_jax.data import randaug  # pylint: disable=unused-import
 from vit_jax.data.pp_registry import register
+
 
 def decode(data: tf.Tensor, channels: int = 3) -> tf.Tensor:
   """Decodes JPEG/PNG/GIF/BMP bytes to uint8 [H, W, channels] (grayscale becomes RGB)."""
