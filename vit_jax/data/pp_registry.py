@@ -105,7 +105,7 @@ def _build(name: str, args: tuple, kwargs: dict) -> Callable:
 Chain = Callable[[Any, Optional[tf.Tensor]], tf.Tensor]
 
 
-def build(text: str, pp=None, *, train: bool = True) -> Chain:
+def build(text: str, pp, *, train: bool = True) -> Chain:
   """The function (image or Encoded, seed) -> image that applies the ops of `text` in order.
 
   Composition names in `text` are expanded for config.pp first. With train=False (evaluation)
@@ -139,7 +139,7 @@ def build(text: str, pp=None, *, train: bool = True) -> Chain:
   return apply
 
 
-def decodes_first(text: str, pp=None) -> bool:
+def decodes_first(text: str, pp) -> bool:
   """Whether the first op of `text` decodes (else the caller decodes before the chain)."""
   name = parse(expand(text, pp))[0][0]
   return name in OPS and OPS[name].decodes
