@@ -1,8 +1,9 @@
 """Each extension point, shown by doing it: a toy one registered here runs the trainer.
 
-A model family, an evaluator, an optax optimizer the package never names, and an
-objective are each added from this file alone; the trainer, the checkpoint format,
-FLOP counting, `predict` and `visualize` pick them up through their registries.
+A model family, an evaluator, an optax optimizer the package never names, an
+objective and a preprocessing op are each added from this file alone; the trainer, the
+input pipeline, the checkpoint format, FLOP counting, `predict` and `visualize` pick them
+up through their registries.
 """
 import dataclasses
 import os
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import tensorflow as tf
 
 from tests import test_train
 from vit_jax import checkpoint
@@ -22,12 +24,16 @@ from vit_jax import evaluators
 from vit_jax import models
 from vit_jax.inference import figures
 from vit_jax.inference import load
+from vit_jax.data import pipeline
+from vit_jax.data import pp_registry
 from vit_jax.models import families
 from vit_jax.models import flops
+from vit_jax.parallel import sharding
 from vit_jax.train import loop
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
+from vit_jax.train import validate
 from vit_jax.train import writers
 
 
@@ -121,6 +127,13 @@ def _metrics(workdir: str, key: str) -> list:
   return [r[key] for r in writers.read_metrics(workdir) if key in r]
 
 
+def mirror(axis: int = 0):
+  """mirror(axis): the image reversed along axis 0 (upside down) or 1 (left-right)."""
+  if axis not in (0, 1):
+    raise ValueError(f'axis={axis!r} must be 0 or 1')
+  return lambda image: tf.reverse(image, [axis])
+
+
 class ExtensionTest(absltest.TestCase):
 
   def test_model_family(self):
@@ -199,6 +212,20 @@ class ExtensionTest(absltest.TestCase):
     config.objectives.squared_error = {'wieght': 3.0}
     with self.assertRaisesRegex(ValueError, r'objectives.squared_error.wieght is not '
                                 'an option'):
+      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+
+  def test_preprocessing_op(self):
+    pp_registry.register('toy_mirror')(mirror)
+    self.addCleanup(pp_registry.OPS.pop, 'toy_mirror')
+    config = test_train.tiny_config()
+    plain = next(pipeline.train_dataset(config, [0]).as_numpy_iterator())['image']
+    config.pp.train = 'finetune|toy_mirror'
+    validate.validate(config, sharding.make_mesh(config.mesh))  # the config check knows it
+    mirrored = next(pipeline.train_dataset(config, [0]).as_numpy_iterator())['image']
+    np.testing.assert_array_equal(mirrored, plain[:, ::-1])
+    config.pp.train = 'finetune|toy_mirror(2)'
+    with self.assertRaisesRegex(ValueError, r"config.pp.train='finetune\|toy_mirror\(2\)': "
+                                "op 'toy_mirror': axis=2 must be 0 or 1"):
       loop.train_and_evaluate(config, self.create_tempdir().full_path)
 
 

@@ -151,6 +151,92 @@ class TrainPipelineTest(parameterized.TestCase):
     self.assertBetween(float(batch['image'].min()), -1.0, 1.0)
     self.assertBetween(float(batch['image'].max()), -1.0, 1.0)
 
+  def test_cutmix_pastes_the_partner_box_and_weighs_labels_by_area(self):
+    config = _tiny(**{'pp.cutmix': 1.0, 'pp.label_smoothing': 0.1, 'pp.crop': 8})
+    host = _batches(config, [0, 1, 2, 3])[0]
+    out = input_pipeline.finalize(host, 2)  # blocks of 2 rows: each row's partner is the other
+    image = input_pipeline.value_range(host['image'])
+    partner = image.reshape(4, 2, 8, 8, 3)[:, ::-1].reshape(image.shape)
+    boxes = host['box']
+    for row in range(8):
+      top, left, h, w = boxes[row]
+      inside = np.zeros((8, 8), bool)
+      inside[top:top + h, left:left + w] = True
+      np.testing.assert_allclose(out['image'][row][inside], partner[row][inside])
+      np.testing.assert_allclose(out['image'][row][~inside], image[row][~inside])
+      # The label weight is the uncovered area, applied to the smoothed targets.
+      self.assertAlmostEqual(float(host['ratio'][row]), 1 - inside.mean(), places=6)
+    np.testing.assert_allclose(np.asarray(out['label']).sum(1), np.ones(8), rtol=1e-5)
+    self.assertGreater(np.mean(boxes[:, 2] * boxes[:, 3]), 0)  # some boxes are not empty
+    # One draw per shard and step: the two rows of a shard share it.
+    np.testing.assert_array_equal(boxes[0::2], boxes[1::2])
+
+  def test_cutmix_and_mixup_switch(self):
+    both = {'pp.cutmix': 1.0, 'pp.mixup': 0.8}
+    all_cut = _batches(_tiny(**both, **{'pp.cutmix_switch_prob': 1.0}), [0, 1, 2, 3], 0, 3)
+    all_mix = _batches(_tiny(**both, **{'pp.cutmix_switch_prob': 0.0}), [0, 1, 2, 3], 0, 3)
+    for cut, mix in zip(all_cut, all_mix):
+      np.testing.assert_array_equal(cut['image_ratio'], np.ones(8))
+      np.testing.assert_array_equal(mix['box'], np.zeros((8, 4)))
+      np.testing.assert_array_equal(mix['image_ratio'], mix['ratio'])
+    switched = _batches(_tiny(**both), [0, 1, 2, 3], 0, 8)
+    kinds = {float(r) == 1.0 for b in switched for r in b['image_ratio']}
+    self.assertEqual(kinds, {True, False})  # both kinds of draw at the default 0.5
+
+  def test_mixing_settings_out_of_range(self):
+    for key, value, message in (('pp.cutmix', -1.0, r'config.pp.cutmix=-1.0 must be >= 0'),
+                                ('pp.cutmix_switch_prob', 1.5,
+                                 r'config.pp.cutmix_switch_prob=1.5 must be in \[0, 1\]')):
+      with self.assertRaisesRegex(ValueError, message):
+        input_pipeline.train_dataset(_tiny(**{key: value}), [0])
+
+  def test_repeated_augmentation_copies_each_image_and_resumes_exactly(self):
+    config = _tiny(batch=12, **{'pp.repeats': 3})  # 3 rows per shard: one image, 3 copies
+    run = _batches(config, [0, 1, 2, 3], 0, 4)
+    for batch in run:
+      index = batch['index'].reshape(-1, 3)
+      np.testing.assert_array_equal(index, np.repeat(index[:, :1], 3, axis=1))
+      copies = batch['image'].reshape(-1, 3, 8, 8, 3)
+      self.assertFalse(all(np.array_equal(c[0], c[1]) and np.array_equal(c[1], c[2])
+                           for c in copies))  # augmented apart
+    resumed = _batches(config, [0, 1, 2, 3], 2, 2)
+    for a, b in zip(run[2:], resumed):
+      for key in ('image', 'index'):
+        np.testing.assert_array_equal(a[key], b[key])
+    # An epoch of the split reads each image once per 3 copies: 64 images in 16 steps.
+    seen = np.concatenate([b['index'] for b in _batches(config, [0, 1, 2, 3], 0, 16)])
+    self.assertEqual(len(np.unique(seen)), 64)
+
+  def test_repeated_copies_are_not_mixed_with_each_other(self):
+    config = _tiny(batch=24, **{'pp.repeats': 3, 'pp.mixup': 0.5})  # 6 rows per shard
+    host = _batches(config, [0, 1, 2, 3])[0]
+    out = input_pipeline.finalize(host, 6, 3)
+    partner = np.roll(host['index'].reshape(4, 6), 3, axis=1).reshape(-1)
+    self.assertTrue(np.all(partner != host['index']))
+    lam = host['ratio'][:, None, None, None]
+    image = input_pipeline.value_range(host['image'])
+    mixed = lam * image + (1 - lam) * np.roll(image.reshape(4, 6, 8, 8, 3), 3, 1).reshape(
+        image.shape)
+    np.testing.assert_allclose(out['image'], mixed, rtol=1e-5, atol=1e-6)
+
+  def test_copies_may_span_steps_and_still_resume_exactly(self):
+    config = _tiny(**{'pp.repeats': 3})  # 2 rows per shard: copies run across steps
+    run = _batches(config, [0, 1], 0, 5)
+    shard0 = np.concatenate([b['index'][:2] for b in run])
+    np.testing.assert_array_equal(shard0[:9], np.repeat(shard0[0:9:3], 3))
+    for start in (1, 2):  # resumed mid-copies
+      resumed = _batches(config, [0, 1], start, 5 - start)
+      for a, b in zip(run[start:], resumed):
+        for key in ('image', 'index'):
+          np.testing.assert_array_equal(a[key], b[key])
+
+  def test_bad_repeats_are_one_line(self):
+    with self.assertRaisesRegex(ValueError, 'config.pp.repeats=0 must be a positive integer'):
+      input_pipeline.train_dataset(_tiny(**{'pp.repeats': 0}), [0])
+    with self.assertRaisesRegex(ValueError, r'config.pp.repeats=2 with Mixup/CutMix needs at '
+                                r'least 4 rows per data shard \(.* = 2\)'):
+      input_pipeline.train_dataset(_tiny(**{'pp.repeats': 2, 'pp.mixup': 0.8}), [0])
+
   def test_multi_hot_targets(self):
     batch = _batches(_tiny(**{'pp.multi_hot': True}), [0, 1, 2, 3])[0]
     np.testing.assert_array_equal(batch['label'].sum(1), np.ones(8))

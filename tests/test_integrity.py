@@ -246,7 +246,12 @@ class BadInputTest(absltest.TestCase):
              (dict(model_name='ViT-Q_16'), 'ViT-Q_16'),
              (dict(dataset='no_such_set'), 'no_such_set'),
              (dict(batch=18), 'config.batch=18'),
-             (dict(pp=dict(crop=-3)), r'config.pp.crop=-3 must be a positive')]
+             (dict(pp=dict(crop=-3)), r'config.pp.crop=-3 must be a positive'),
+             (dict(pp=dict(train='finetune|no_such_op')), "unknown op 'no_such_op'"),
+             (dict(pp=dict(eval='resize(28, keep=1)')), "op 'resize': got an unexpected"),
+             (dict(pp=dict(train='finetune|randaug(2, 40)')),
+              r'magnitude=40 is out of range \[0, 30\]'),
+             (dict(layer_decay=1.5), r'config.layer_decay=1.5 must be in \(0, 1\]')]
     for overrides, message in cases:
       workdir = os.path.join(parent, 'run')
       with self.assertRaisesRegex(ValueError, message):
@@ -306,6 +311,15 @@ class CommandLineTest(absltest.TestCase):
                       f'--config.pretrained_path={workdir}')
     self.assertIn(f'{workdir} is a vit_jax work directory', line)
     self.assertFalse(os.path.exists(fresh))
+
+  def test_unknown_augmentation_op(self):
+    config = os.path.join(REPO, 'tests', 'tiny_train_config.py')
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    line = self._main(f'--config={config}', f'--workdir={workdir}',
+                      '--config.pp.train=finetune|randaugment(2, 9)')
+    self.assertIn("config.pp.train='finetune|randaugment(2, 9)': unknown op 'randaugment'",
+                  line)
+    self.assertFalse(os.path.exists(workdir))
 
 
 if __name__ == '__main__':

@@ -5,8 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from tests import test_train
+from vit_jax import models
 from vit_jax.configs import base
 from vit_jax.configs import recipes
+from vit_jax.train import layer_decay
+from vit_jax.train import loop
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
 
@@ -178,6 +182,73 @@ class OptimizerTest(absltest.TestCase):
     c.optimizers.sgd.b1 = 0.9
     with self.assertRaisesRegex(ValueError, r"optimizers\.sgd\.b1 is not an option"):
       _tx(c)
+
+
+class LayerDecayTest(absltest.TestCase):
+  """config.layer_decay on a tiny ViT (3 blocks): the scale of each parameter's updates."""
+
+  def _tiny_vit_params(self, **overrides):
+    model = models.get_model('testing', num_layers=3, hidden_size=8, mlp_dim=16,
+                             num_heads=2, patches={'size': (4, 4)}, num_classes=5,
+                             **overrides)
+    return model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 3)), train=False)['params']
+
+  def test_scales_per_parameter(self):
+    params = self._tiny_vit_params()
+    d = 0.65
+    got = layer_decay.scales(params, models.family_of('testing').layer_of, d)
+    want = {'embedding': d ** 4, 'cls': d ** 4, 'posembed_input': d ** 4,
+            'encoderblock_0': d ** 3, 'encoderblock_1': d ** 2, 'encoderblock_2': d,
+            'encoder_norm': 1.0, 'head': 1.0}
+    for path, scale in jax.tree_util.tree_leaves_with_path(got):
+      keys = [k.key for k in path]
+      group = keys[1] if keys[0] == 'Transformer' else keys[0]
+      self.assertAlmostEqual(scale, want[group], msg='/'.join(keys))
+    self.assertAlmostEqual(got['Transformer']['encoderblock_1']['MlpBlock_0']['Dense_0'][
+        'kernel'], d ** 2)
+
+  def test_groups_described_for_the_log(self):
+    text = layer_decay.describe(self._tiny_vit_params(), models.family_of('testing').layer_of,
+                                0.5)
+    self.assertEqual(text, 'embeddings x0.0625, block 0 x0.125, block 1 x0.25, '
+                     'block 2 x0.5, head and final norm x1')
+
+  def test_a_run_with_layer_decay_trains_and_logs_its_groups(self):
+    config = test_train.tiny_config(layer_decay=0.7, checkpoint_every=0)
+    with self.assertLogs(level='INFO') as logs:
+      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+    self.assertTrue(any('Layer-wise lr decay 0.7: embeddings x0.' in line
+                        for line in logs.output))
+
+  def _updates(self, optimizer, layer_decay_value, **kw):
+    c = _config(model_name='testing', optimizer=optimizer, base_lr=0.1, warmup_steps=0,
+                total_steps=10, decay_type='constant', grad_clip_norm=0.0,
+                layer_decay=layer_decay_value, **kw)
+    tx = _tx(c)
+    params = self._tiny_vit_params()
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.3), params)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    return params, updates
+
+  def test_every_optimizer_and_weight_decay_scaled_alike(self):
+    for optimizer, kw in (('sgd', {}), ('adam', {'weight_decay': 0.05}),
+                          ('lamb', {'weight_decay': 0.05})):
+      params, plain = self._updates(optimizer, 1.0, **kw)
+      _, decayed = self._updates(optimizer, 0.5, **kw)
+      want = layer_decay.scales(params, models.family_of('testing').layer_of, 0.5)
+      for p, d, f in zip(jax.tree.leaves(plain), jax.tree.leaves(decayed),
+                         jax.tree.leaves(want)):
+        np.testing.assert_allclose(d, f * p, rtol=1e-6, err_msg=optimizer)
+
+  def test_bad_values_are_one_line(self):
+    for value in (0.0, 1.5, -0.3):
+      with self.assertRaisesRegex(ValueError, rf'config.layer_decay={value} must be in '
+                                  r'\(0, 1\]'):
+        _tx(_config(model_name='testing', layer_decay=value))
+    with self.assertRaisesRegex(ValueError, 'does not apply to Mixer-B_16'):
+      _tx(_config(model_name='Mixer-B_16', layer_decay=0.75))
+    with self.assertRaisesRegex(ValueError, "not to objective 'mae'"):
+      _tx(_config(model_name='testing', layer_decay=0.75, objective='mae'))
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
+from skimage import data as skimage_data
 import tensorflow as tf
 
 from vit_jax.configs import base
@@ -134,6 +135,91 @@ class RecipeTest(parameterized.TestCase):
       preprocess.train_image(tf.constant(b''), _seed(0), _pp(train='nope'))
     with self.assertRaisesRegex(ValueError, 'pp.eval=.*central_crop'):
       preprocess.eval_uint8(tf.zeros([4, 4, 3], tf.uint8), _pp(eval='nope'))
+
+
+def _photo_jpeg(shape=(120, 160)) -> bytes:
+  """scikit-image's astronaut photo, downsized and JPEG-encoded."""
+  image = tf.image.resize(skimage_data.astronaut(), shape, antialias=True)
+  return tf.io.encode_jpeg(tf.cast(tf.round(image), tf.uint8)).numpy()
+
+
+def _train_image_before_the_registry(data, seed, pp):
+  """The if/elif recipe code the named compositions replaced, kept to pin them."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  if pp.train in ('pretrain', 'finetune_inception'):
+    image = preprocess.inception_crop(data, crop_seed, pp.min_area, pp.crop)
+  else:
+    image = preprocess.resize(preprocess.decode(data), pp.resize, pp.keep_aspect)
+    if pp.pad:
+      image = tf.pad(image, [[pp.pad, pp.pad], [pp.pad, pp.pad], [0, 0]])
+    image = tf.image.stateless_random_crop(image, [pp.crop, pp.crop, 3], crop_seed)
+  image = preprocess.to_uint8(image)
+  if pp.flip:
+    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+  return image
+
+
+class CompositionTest(parameterized.TestCase):
+  """The recipes as named compositions of registered ops; pp strings and their errors."""
+
+  @parameterized.product(recipe=('pretrain', 'finetune', 'finetune_inception'),
+                         flip=(False, True), pad=(0, 3), keep_aspect=(False, True))
+  def test_recipes_equal_the_code_before_the_registry(self, recipe, flip, pad, keep_aspect):
+    data = tf.constant(_photo_jpeg())
+    pp = _pp(train=recipe, flip=flip, pad=pad, keep_aspect=keep_aspect, min_area=0.08)
+    for s in range(3):
+      np.testing.assert_array_equal(
+          preprocess.train_image(data, _seed(s, 5), pp).numpy(),
+          _train_image_before_the_registry(data, _seed(s, 5), pp).numpy())
+
+  def test_eval_recipes_equal_the_code_before_the_registry(self):
+    image = preprocess.decode(tf.constant(_photo_jpeg()))
+    pp = _pp(eval='central_crop', keep_aspect=True)
+    before = preprocess.central_crop(preprocess.resize(image, 24, True), 16)
+    np.testing.assert_array_equal(preprocess.eval_uint8(image, pp).numpy(),
+                                  preprocess.to_uint8(before).numpy())
+    before = preprocess.resize(image, 16)
+    np.testing.assert_array_equal(preprocess.eval_uint8(image, _pp(eval='resize')).numpy(),
+                                  preprocess.to_uint8(before).numpy())
+
+  def test_a_recipe_is_its_ops_spelled_out(self):
+    data = tf.constant(_photo_jpeg())
+    pp = _pp(train='finetune', pad=2, flip=True)
+    spelled = _pp(train='decode|resize(24, False)|pad(2)|random_crop(16)|flip_lr')
+    np.testing.assert_array_equal(preprocess.train_image(data, _seed(4), pp).numpy(),
+                                  preprocess.train_image(data, _seed(4), spelled).numpy())
+    # Without a decoding op first, the chain decodes the whole image itself.
+    np.testing.assert_array_equal(
+        preprocess.train_image(data, _seed(4), _pp(train='resize(16)')).numpy(),
+        preprocess.to_uint8(preprocess.resize(preprocess.decode(data), 16)).numpy())
+
+  def test_an_op_added_at_the_end_leaves_the_ops_before_it_alone(self):
+    data = tf.constant(_photo_jpeg())
+    plain = preprocess.train_image(data, _seed(2), _pp(train='pretrain', flip=False))
+    flipped = preprocess.train_image(data, _seed(2), _pp(train='pretrain|flip_lr',
+                                                         flip=False))
+    self.assertTrue(np.array_equal(flipped, plain) or
+                    np.array_equal(flipped, plain.numpy()[:, ::-1]))
+
+  def test_mistakes_are_one_line_naming_the_key(self):
+    cases = [
+        ('train', 'pretrain|no_such_op', r"config.pp.train='pretrain\|no_such_op': "
+         r"unknown op 'no_such_op'; known: .*pretrain.*flip_lr"),
+        ('train', 'resize(0)', r"op 'resize': size=0 must be a positive integer"),
+        ('train', 'random_crop(16, 3)', r"op 'random_crop': too many positional"),
+        ('train', 'flip_lr|decode', "op 'decode' decodes image bytes: it can only come "
+         'first'),
+        ('train', 'pretrain||flip_lr', 'has an empty op'),
+        ('train', 'resize(x)', r"op 'resize\(x\)': arguments must be numbers"),
+        ('train', 'resize[3]', 'is not NAME or NAME'),
+        ('eval', 'central_crop|flip_lr', r"config.pp.eval=.*op 'flip_lr' is random"),
+    ]
+    for key, text, message in cases:
+      pp = _pp(**{key: text})
+      chain = preprocess.train_chain if key == 'train' else preprocess.eval_chain
+      with self.assertRaisesRegex(ValueError, message) as e:
+        chain(pp)
+      self.assertNotIn('\n', str(e.exception))
 
 
 class TargetsTest(absltest.TestCase):

@@ -87,6 +87,65 @@ EXPECTED = {
         'pp.multi_hot': False},
 }
 
+# timm's input as DeiT and MAE fine-tuning call it (rand-m9-mstd0.5-inc1, reprob 0.25).
+TIMM_INPUT = {
+    'pp.train': 'pretrain|randaug(2, 9, 0.5)|erase(0.25)', 'pp.min_area': 0.08,
+    'pp.flip': True, 'pp.crop': 224, 'pp.resize': 256, 'pp.keep_aspect': True,
+    'pp.eval': 'central_crop', 'pp.mixup': 0.8, 'pp.cutmix': 1.0,
+    'pp.cutmix_switch_prob': 0.5, 'pp.label_smoothing': 0.1,
+}
+# AugReg (big_vision configs/vit_i1k.py): Adam 1e-3, wd 1e-4 there = 0.1 x lr here.
+AUGREG_PRETRAIN = {
+    **PRETRAIN, 'base_lr': 1e-3, 'weight_decay': 0.1, 'decay_type': 'cosine',
+    'end_lr': 0.0, 'grad_clip_norm': 1.0, 'optimizers.adam.mu_dtype': 'bfloat16',
+    'pp.min_area': 0.05, 'pp.flip': True,
+}
+AUGREG_LEVELS = {  # level: (pp.train, pp.mixup)
+    'none': ('pretrain', 0.0), 'light1': ('pretrain|randaug(2, 0)', 0.0),
+    'light2': ('pretrain|randaug(2, 10)', 0.2), 'medium1': ('pretrain|randaug(2, 15)', 0.2),
+    'medium2': ('pretrain|randaug(2, 15)', 0.5), 'strong1': ('pretrain|randaug(2, 20)', 0.5),
+    'strong2': ('pretrain|randaug(2, 20)', 0.8),
+}
+EXPECTED.update({
+    'deit.py:s16,imagenet2012': {
+        **TIMM_INPUT, 'model_name': 'ViT-S_16', 'dataset': 'imagenet2012',
+        'optimizer': 'adam', 'optimizers.adam.b1': 0.9, 'optimizers.adam.b2': 0.999,
+        'optimizers.adam.eps': 1e-8, 'batch': 1024,
+        'base_lr': 1e-3,  # 5e-4 x 1024 / 512
+        'weight_decay': 0.05, 'decay_type': 'cosine', 'end_lr': 1e-5,
+        'grad_clip_norm': 0.0, 'layer_decay': 1.0,
+        # 300 and 5 epochs of 1,281,167 images at batch 1024.
+        'total_steps': 375_341, 'warmup_steps': 6_255,
+        'model.stochastic_depth': 0.1, 'model.dropout_rate': 0.0,
+        'model.representation_size': 0, 'objectives.supervised.loss': 'softmax_xent',
+        'pp.repeats': 3},
+    'mae_finetune.py:b16,imagenet2012': {
+        **TIMM_INPUT, 'model_name': 'ViT-B_16', 'dataset': 'imagenet2012',
+        'optimizer': 'adam', 'optimizers.adam.b1': 0.9, 'optimizers.adam.b2': 0.999,
+        'batch': 1024,
+        'base_lr': 2e-3,  # 5e-4 x 1024 / 256
+        'layer_decay': 0.65, 'weight_decay': 0.05, 'decay_type': 'cosine', 'end_lr': 1e-6,
+        'grad_clip_norm': 0.0,
+        # 100 and 5 epochs of 1,281,167 images at batch 1024.
+        'total_steps': 125_113, 'warmup_steps': 6_255,
+        'model.stochastic_depth': 0.1, 'model.dropout_rate': 0.0,
+        'model.classifier': 'gap', 'model.representation_size': 0, 'pp.repeats': 1},
+    'augreg_pretrain.py:b16,imagenet21k,light2,reg=0.1': {
+        **AUGREG_PRETRAIN, 'model_name': 'ViT-B_16', 'dataset': 'imagenet21k',
+        'pp.train': 'pretrain|randaug(2, 10)', 'pp.mixup': 0.2,
+        'model.dropout_rate': 0.1, 'model.stochastic_depth': 0.1,
+        'total_steps': 1_036_078,  # 300 epochs of 14,145,922 images at batch 4096
+        'model.classifier': 'gap', 'model.representation_size': 0,
+        'objectives.supervised.loss': 'sigmoid_xent', 'pp.multi_hot': True},
+})
+for _level, (_pp_train, _alpha) in AUGREG_LEVELS.items():
+  EXPECTED[f'augreg_pretrain.py:b16,imagenet2012,{_level}'] = {
+      **AUGREG_PRETRAIN, 'model_name': 'ViT-B_16', 'dataset': 'imagenet2012',
+      'pp.train': _pp_train, 'pp.mixup': _alpha, 'pp.cutmix': 0.0,
+      'model.dropout_rate': 0.0, 'model.stochastic_depth': 0.0,
+      'total_steps': 93_835,  # 300 epochs of 1,281,167 images at batch 4096
+      'model.representation_size': 768}
+
 
 def _load(spec: str):
   return configs.load(os.path.join(REPO, 'configs', spec))
@@ -109,6 +168,22 @@ class RecipeValuesTest(absltest.TestCase):
           self.assertAlmostEqual(got, want, places=12, msg=f'{spec} {key}')
         else:
           self.assertEqual(got, want, msg=f'{spec} {key}')
+
+  def test_augmentation_recipes_pass_the_config_check(self):
+    # Every op name and argument of the new recipes parses; the same on a small dataset.
+    for spec in ('deit.py:ti16,mnist5k', 'mae_finetune.py:ti16,mnist5k',
+                 'augreg_pretrain.py:ti16,mnist5k,strong2,reg=0.1'):
+      config = _load(spec)
+      preprocess.train_chain(config.pp)
+      preprocess.eval_chain(config.pp)
+      optimizers.make(config, schedules.make(config))
+
+  def test_augreg_mistakes_are_one_line(self):
+    with self.assertRaisesRegex(ValueError, "AugReg level 'medium3' does not exist; levels: "
+                                'none, light1, light2, medium1, medium2, strong1, strong2'):
+      _load('augreg_pretrain.py:b16,imagenet2012,medium3')
+    with self.assertRaisesRegex(ValueError, r'AugReg reg=0.2: the paper trains with'):
+      _load('augreg_pretrain.py:b16,imagenet2012,light1,reg=0.2')
 
   def test_schedule_ends(self):
     finetune = _load('vit.py:b16,cifar10')

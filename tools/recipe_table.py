@@ -15,17 +15,26 @@ SPECS = (
     f'augreg.py:{AUGREG},oxford_iiit_pet',
     'pretrain.py:b16,imagenet2012', 'pretrain.py:b16,imagenet21k',
     'pretrain.py:l16,imagenet21k',
+    'augreg_pretrain.py:b16,imagenet2012,medium2', 'deit.py:s16,imagenet2012',
+    'mae_finetune.py:b16,imagenet2012',
 )
 HEADER = ('| config | model | dataset | lr | wd | decay | steps (warm-up) | clip '
           '| dropout | momentum | train crop | eval | train split / minival |\n'
           '|---|---|---|---|---|---|---|---|---|---|---|---|---|')
 
 
-def _dropout(c) -> float:
+def _dropout(c) -> str:
   if c.model.dropout_rate >= 0:
-    return c.model.dropout_rate
-  preset = models.get_model_config(c.model_name)
-  return preset.transformer.dropout_rate if 'transformer' in preset else 0.0
+    rate = c.model.dropout_rate
+  else:
+    preset = models.get_model_config(c.model_name)
+    rate = preset.transformer.dropout_rate if 'transformer' in preset else 0.0
+  depth = c.model.stochastic_depth
+  return f'{rate:g}' + (f' (stochastic depth {depth:g})' if depth else '')
+
+
+def _lr(c) -> str:
+  return f'{c.base_lr:g}' + (f' (layer decay {c.layer_decay:g})' if c.layer_decay != 1 else '')
 
 
 def _decay(c) -> str:
@@ -36,9 +45,16 @@ def _decay(c) -> str:
 
 def _crop(c) -> str:
   pp = c.pp
-  if pp.train in ('pretrain', 'finetune_inception'):
-    return f'inception {pp.min_area:.0%}-100%, {pp.crop}px' + (', flip' if pp.flip else '')
-  return f'{pp.resize} -> random {pp.crop}' + (', flip' if pp.flip else '')
+  recipe, *ops = pp.train.split('|')
+  if recipe in ('pretrain', 'finetune_inception'):
+    out = f'inception {pp.min_area:.0%}-100%, {pp.crop}px' + (', flip' if pp.flip else '')
+  else:
+    out = f'{pp.resize} -> random {pp.crop}' + (', flip' if pp.flip else '')
+  out += ''.join(f', `{op}`' for op in ops)
+  mixing = [f'{k} {pp[k]:g}' for k in ('mixup', 'cutmix') if pp.get(k)]
+  smoothing = [f'smoothing {pp.label_smoothing:g}'] if pp.label_smoothing else []
+  repeats = [f'{pp.repeats} copies'] if pp.get('repeats', 1) > 1 else []
+  return out + ''.join(f'; {x}' for x in mixing + smoothing + repeats)
 
 
 def _eval(c) -> str:
@@ -61,10 +77,10 @@ def row(spec: str) -> str:
   name = spec if len(spec) < 40 else spec.replace(AUGREG, 'L_16-...-do_0.1-sd_0.1')
   momentum = (c.optimizers.sgd.accumulator_dtype if c.optimizer == 'sgd'
               else f'adam {c.optimizers.adam.mu_dtype}')
-  return (f'| `{name}` | {c.model_name} | {c.dataset} | {c.base_lr:g} | '
+  return (f'| `{name}` | {c.model_name} | {c.dataset} | {_lr(c)} | '
           f'{c.weight_decay:g} | {_decay(c)} | '
           f'{c.total_steps:,} ({c.warmup_steps:,}) | {c.grad_clip_norm:g} | '
-          f'{_dropout(c):g} | {momentum} | {_crop(c)} | {_eval(c)} | {_splits(c)} |')
+          f'{_dropout(c)} | {momentum} | {_crop(c)} | {_eval(c)} | {_splits(c)} |')
 
 
 def table() -> str:

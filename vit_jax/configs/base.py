@@ -47,14 +47,19 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train_split = ''   # '' = the dataset's default
   c.eval_split = ''
   c.pp = ml_collections.ConfigDict({
-      'train': 'finetune',        # 'pretrain' | 'finetune' | 'finetune_inception'
-      'eval': 'central_crop',     # 'central_crop' | 'resize'
+      # pp strings: ops by name joined by '|' (vit_jax.data.pp_registry), e.g.
+      # 'pretrain|randaug(2, 9, 0.5)'; the recipes below are named compositions of ops.
+      'train': 'finetune',        # 'pretrain' | 'finetune' | 'finetune_inception' | ops
+      'eval': 'central_crop',     # 'central_crop' | 'resize' | deterministic ops
       'crop': 384,                # training/eval resolution
       'resize': 448,              # resize before crop (finetune, central_crop)
       'flip': True,
       'pad': 0,                   # finetune: zero pixels added on every side before the crop (shifts)
       'min_area': 0.05,           # inception crop area range
       'mixup': 0.0,               # mixup alpha; 0 = off
+      'cutmix': 0.0,              # CutMix alpha; 0 = off
+      'cutmix_switch_prob': 0.5,  # with both on: CutMix's share of the draws (timm)
+      'repeats': 1,               # repeated augmentation (DeiT: 3): copies of each image in a row
       'label_smoothing': 0.0,
       'multi_hot': False,         # multi-hot targets (sigmoid losses, ImageNet-21k)
       'num_channels': 3,          # images always reach the model with 3 channels
@@ -112,6 +117,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       'adam': {'b1': 0.9, 'b2': 0.999, 'eps': 1e-8, 'mu_dtype': 'float32'},
   })
   c.weight_decay = 0.0            # decoupled, multiplied by the learning rate; kernels only
+  # Layer-wise learning-rate decay in (0, 1]: embeddings x decay^(L+1), block i x
+  # decay^(L-i), head x 1 (MAE/BEiT fine-tuning); 1 = off.
+  c.layer_decay = 1.0
   c.grad_clip_norm = 1.0          # 0 = off
 
   # Devices: mesh axis sizes (-1 = all remaining devices) and sharding rules.

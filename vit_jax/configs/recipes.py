@@ -325,3 +325,144 @@ def apply_quickstart_data(c: ml_collections.ConfigDict) -> None:
   c.pp.flip = False  # mirrored digits are other digits
   c.cache = True
   c.shuffle_buffer = 5000
+
+
+def _epoch_steps(dataset: str, batch: int, epochs: int) -> int:
+  """Steps of `epochs` epochs of the catalog's training split (0 when its size is unknown)."""
+  spec = catalog.DATASETS.get(dataset)
+  return epochs * spec.num_train // batch if spec is not None and spec.num_train else 0
+
+
+def _apply_epochs(c: ml_collections.ConfigDict, dataset: str, epochs: int,
+                  warmup_epochs: int) -> None:
+  """total_steps and warmup_steps from epochs; OTHER_PRETRAIN_STEPS where sizes are unknown."""
+  c.total_steps = _epoch_steps(dataset, c.batch, epochs) or OTHER_PRETRAIN_STEPS
+  c.warmup_steps = c.total_steps * warmup_epochs // epochs
+
+
+TIMM_REPROB = 0.25  # random erasing probability (DeiT's and MAE's --reprob)
+
+
+def _apply_timm_augmentation(c: ml_collections.ConfigDict) -> None:
+  """The input of DeiT and MAE fine-tuning: timm's create_transform as they call it."""
+  # RandomResizedCrop 8-100%, flip, rand-m9-mstd0.5-inc1, random erasing 0.25; Mixup 0.8,
+  # CutMix 1.0 (switch 0.5), label smoothing 0.1; evaluation: the central 224 of the
+  # shorter side resized to 256 (crop_pct 0.875).
+  c.pp.train = f'pretrain|randaug(2, 9, 0.5)|erase({TIMM_REPROB})'
+  c.pp.min_area = 0.08
+  c.pp.flip = True
+  c.pp.crop = 224
+  c.pp.resize = 256
+  c.pp.keep_aspect = True
+  c.pp.eval = 'central_crop'
+  c.pp.mixup = 0.8
+  c.pp.cutmix = 1.0
+  c.pp.cutmix_switch_prob = 0.5
+  c.pp.label_smoothing = 0.1
+
+
+# DeiT (Touvron et al. 2021; facebookresearch/deit main.py): AdamW, lr 5e-4 x batch / 512,
+# batch 1024, weight decay 0.05, 300 epochs, 5 warm-up, cosine to 1e-5, no clipping,
+# stochastic depth 0.1, no dropout, class token without a pre-logits layer, repeated
+# augmentation (3 copies of each image; its --repeated-aug default).
+DEIT_EPOCHS = 300
+DEIT_WARMUP_EPOCHS = 5
+DEIT_BASE_LR = 5e-4  # per 512 images
+DEIT_BATCH = 1024
+
+
+def apply_deit(c: ml_collections.ConfigDict, dataset: str) -> None:
+  """DeiT's from-scratch recipe on dataset (epochs from the catalog's size)."""
+  c.dataset = dataset
+  c.optimizer = 'adam'
+  c.optimizers.adam.b1, c.optimizers.adam.b2 = 0.9, 0.999
+  c.optimizers.adam.eps = 1e-8
+  c.batch = DEIT_BATCH
+  c.batch_eval = DEIT_BATCH
+  c.base_lr = DEIT_BASE_LR * c.batch / 512
+  c.end_lr = 1e-5
+  c.decay_type = 'cosine'
+  c.weight_decay = 0.05
+  c.grad_clip_norm = 0.0
+  _apply_epochs(c, dataset, DEIT_EPOCHS, DEIT_WARMUP_EPOCHS)
+  c.model.dropout_rate = 0.0
+  c.model.stochastic_depth = 0.1
+  c.model.representation_size = 0
+  c.objectives.supervised.loss = 'softmax_xent'
+  _apply_timm_augmentation(c)
+  c.pp.repeats = 3
+  c.evals.test.every = 5000
+  c.checkpoint_every = 2000
+
+
+# MAE fine-tuning (He et al. 2021; facebookresearch/mae FINETUNE.md and main_finetune.py,
+# ViT-B): layer decay 0.65 (the paper says 0.75), AdamW lr 5e-4 x batch / 256, batch
+# 1024, weight decay 0.05, 100 epochs, 5 warm-up, cosine to 1e-6, no clipping, drop path
+# 0.1, global average pooling. Not built here: the fc_norm head (our pooling is the
+# encoder's final norm, then the mean). Its L/H rows differ (0.75, 1e-3, 50 epochs): the
+# B row is used for every model.
+MAE_FT_LAYER_DECAY = 0.65
+MAE_FT_BASE_LR = 5e-4  # per 256 images
+MAE_FT_BATCH = 1024
+MAE_FT_EPOCHS = 100
+MAE_FT_WARMUP_EPOCHS = 5
+
+
+def apply_mae_finetune(c: ml_collections.ConfigDict, dataset: str) -> None:
+  """MAE's fine-tuning of a pre-trained encoder (config.pretrained_path) on dataset."""
+  apply_deit(c, dataset)  # the same AdamW, augmentation and regularisation, then:
+  c.batch = MAE_FT_BATCH
+  c.batch_eval = MAE_FT_BATCH
+  c.base_lr = MAE_FT_BASE_LR * c.batch / 256
+  c.end_lr = 1e-6
+  c.layer_decay = MAE_FT_LAYER_DECAY
+  c.pp.repeats = 1  # MAE fine-tunes without repeated augmentation
+  _apply_epochs(c, dataset, MAE_FT_EPOCHS, MAE_FT_WARMUP_EPOCHS)
+  c.model.classifier = 'gap'
+
+
+# AugReg ("How to train your ViT?", Steiner et al. 2021; big_vision configs/vit_i1k.py and
+# vit_i21k.py): level -> (RandAugment magnitude with 2 layers, None = off; Mixup alpha).
+AUGREG_LEVELS = {
+    'none': (None, 0.0),
+    'light1': (0, 0.0),  # randaug(2, 0) is not nothing: AutoContrast and Equalize
+    'light2': (10, 0.2),
+    'medium1': (15, 0.2),
+    'medium2': (15, 0.5),
+    'strong1': (20, 0.5),
+    'strong2': (20, 0.8),
+}
+AUGREG_EPOCHS = 300
+AUGREG_REGULARISATION = (0.0, 0.1)  # dropout = stochastic depth, the paper's two settings
+
+
+def apply_augreg_pretrain(c: ml_collections.ConfigDict, dataset: str, model: str,
+                          level: str, reg: float = 0.0) -> None:
+  """AugReg pre-training: Adam lr 1e-3, wd 0.1, 10k warm-up, cosine, 300 epochs, a level."""
+  if level not in AUGREG_LEVELS:
+    raise ValueError(f'AugReg level {level!r} does not exist; levels: '
+                     f'{", ".join(AUGREG_LEVELS)}')
+  if reg not in AUGREG_REGULARISATION:
+    raise ValueError(f'AugReg reg={reg!r}: the paper trains with dropout and stochastic '
+                     f'depth {" or ".join(map(str, AUGREG_REGULARISATION))}')
+  apply_pretrain(c, dataset, model)
+  magnitude, alpha = AUGREG_LEVELS[level]
+  c.optimizers.adam.mu_dtype = 'bfloat16'
+  c.base_lr = 1e-3
+  c.end_lr = 0.0
+  c.decay_type = 'cosine'
+  # big_vision's wd 1e-4 is not multiplied by the lr; ours is: 1e-4 / 1e-3 = 0.1.
+  c.weight_decay = 0.1
+  c.grad_clip_norm = 1.0
+  c.warmup_steps = 10_000
+  # As apply_pretrain: epochs on ImageNet; elsewhere they would not cover the warm-up.
+  if dataset in PRETRAIN_TABLE:
+    c.total_steps = _epoch_steps(dataset, c.batch, AUGREG_EPOCHS)
+  c.model.dropout_rate = reg
+  c.model.stochastic_depth = reg
+  if dataset == 'imagenet21k':  # vit_i21k.py: global average pooling, no pre-logits
+    c.model.classifier = 'gap'
+    c.model.representation_size = 0
+  c.pp.min_area = 0.05  # big_vision's inception crop
+  c.pp.train = 'pretrain' + (f'|randaug(2, {magnitude})' if magnitude is not None else '')
+  c.pp.mixup = alpha

@@ -125,12 +125,23 @@ def _options():
   return options
 
 
+def _repeated(stream: tf.data.Dataset, repeats: int) -> tf.data.Dataset:
+  """Each element `repeats` times in a row, at stream positions position * repeats + copy.
+
+  Repeated augmentation (DeiT): the copies are augmented apart because an example's seed is
+  its stream position, and a resumed run sees the same copies.
+  """
+  def copies(el):
+    position = el['position'] * repeats + tf.range(repeats, dtype=tf.int64)
+    return tf.data.Dataset.from_tensor_slices(dict(
+        {k: tf.repeat(v[None], repeats) for k, v in el.items() if k != 'position'},
+        position=position))
+  return stream.flat_map(copies)
+
+
 def check_train_config(config, info) -> None:
   """One-line errors for training preprocessing and sharding settings that cannot work."""
   pp = config.pp
-  if pp.train not in preprocess.TRAIN_RECIPES:
-    raise ValueError(f'config.pp.train={pp.train!r}; use one of '
-                     f'{", ".join(preprocess.TRAIN_RECIPES)}')
   pad = pp.get('pad', 0)
   if not isinstance(pad, int) or pad < 0:
     raise ValueError(f'config.pp.pad={pad!r}: use an integer >= 0 (pixels).')
@@ -142,6 +153,22 @@ def check_train_config(config, info) -> None:
     raise ValueError(f'config.pp.min_area={pp.min_area} must be in (0, 1]')
   if pp.num_channels not in (1, 3):
     raise ValueError(f'config.pp.num_channels={pp.num_channels} must be 1 or 3')
+  preprocess.train_chain(pp)  # op names and arguments
+  for key in ('mixup', 'cutmix'):
+    if not pp.get(key, 0.0) >= 0:
+      raise ValueError(f'config.pp.{key}={pp.get(key)!r} must be >= 0 (Beta alpha; 0 = off)')
+  if not 0 <= pp.get('cutmix_switch_prob', 0.5) <= 1:
+    raise ValueError(f'config.pp.cutmix_switch_prob={pp.cutmix_switch_prob!r} must be in '
+                     '[0, 1]')
+  repeats, rows = pp.get('repeats', 1), config.batch // max(1, config.data_shards)
+  if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+    raise ValueError(f'config.pp.repeats={repeats!r} must be a positive integer')
+  # Mixing pairs rows `repeats` apart inside a shard's rows (wrapping around): with fewer
+  # than 2 x repeats rows, some image would be mixed with its own copy.
+  if repeats > 1 and rows < 2 * repeats and (pp.mixup or pp.get('cutmix', 0.0)):
+    raise ValueError(f'config.pp.repeats={repeats} with Mixup/CutMix needs at least '
+                     f'{2 * repeats} rows per data shard (config.batch / config.data_shards '
+                     f'= {rows}), or an image is mixed with its own copy')
   shards = config.data_shards
   if shards < 1 or config.batch % shards:
     raise ValueError(f'config.batch={config.batch} is not divisible by '
@@ -154,9 +181,7 @@ def check_train_config(config, info) -> None:
 def check_eval_config(config) -> None:
   """One-line errors for evaluation preprocessing settings that cannot work."""
   pp = config.pp
-  if pp.eval not in preprocess.EVAL_RECIPES:
-    raise ValueError(f'config.pp.eval={pp.eval!r}; use one of '
-                     f'{", ".join(preprocess.EVAL_RECIPES)}')
+  preprocess.eval_chain(pp)  # op names and arguments; deterministic ops only
   if pp.eval == 'central_crop' and pp.resize < pp.crop:
     raise ValueError(f'config.pp.resize={pp.resize} is smaller than config.pp.crop='
                      f'{pp.crop}: central_crop takes pp.crop out of pp.resize')
@@ -166,7 +191,8 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   """The per-process tf.data training pipeline for the given virtual shards (ascending).
 
   Yields batches of len(shards) * batch/data_shards rows: {'image': uint8, 'label', 'index'
-  (each example's position in the training split), 'ratio' (mixup weights, with pp.mixup)}.
+  (each example's position in the training split), 'ratio' (mixing weights, with pp.mixup
+  or pp.cutmix), 'image_ratio' and 'box' (with pp.cutmix)}.
   finalize() turns them into model inputs. Exposed so tests and tools can build any
   process's part of the global batch without a multi-process run.
   """
@@ -179,10 +205,14 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   bounds = plan.shard_bounds(files.num_examples, num_shards)
   shuffle = config.shuffle_buffer > 1
   segment = max(1, _ceil_div(config.shuffle_buffer, num_shards)) if shuffle else 1024
+  repeats = config.pp.get('repeats', 1)
   streams = []
   for v in shards:
+    start = start_step * rows
     s = reader.shard_stream(files, bounds[v], segment, config.seed, v,
-                            start=start_step * rows, shuffle=shuffle, cache=config.cache)
+                            start=start // repeats, shuffle=shuffle, cache=config.cache)
+    if repeats > 1:
+      s = _repeated(s, repeats).skip(start % repeats)  # a step may begin mid-copies
     streams.append(s.map(lambda el, v=v: dict(el, shard=tf.constant(v, tf.int64))))
   # Round robin in blocks of `rows`: each batch is shard after shard, in ascending order.
   selector = tf.data.Dataset.from_tensor_slices(
@@ -201,10 +231,10 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
            'label': preprocess.targets(label, info.num_classes, pp.multi_hot,
                                        pp.label_smoothing),
            'index': el['index']}
-    if pp.mixup > 0:
-      # One weight per shard and step: every row of a shard's block gets the same one.
+    if pp.mixup > 0 or pp.get('cutmix', 0.0) > 0:
+      # One draw per shard and step: every row of a shard's block gets the same one.
       step_seed = fold_in(fold_in(base_seed, 2 * el['shard'] + 1), el['position'] // rows)
-      out['ratio'] = preprocess.mixup_ratio(step_seed, pp.mixup)
+      out.update(preprocess.mix_params(step_seed, pp))
     return out
 
   ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -274,30 +304,45 @@ def value_range(image):
   return (image.astype(np.float32) / 127.5 - 1.0).clip(-1.0, 1.0)
 
 
-def finalize(batch: dict, group: int) -> dict:
-  """Turns a pipeline batch into model inputs: float32 images in [-1, 1], mixup applied.
+def finalize(batch: dict, group: int, shift: int = 1) -> dict:
+  """Turns a pipeline batch into model inputs: float32 images in [-1, 1], Mixup/CutMix applied.
 
-  Mixup pairs each row with its neighbour inside consecutive blocks of `group` rows (one
-  virtual shard's rows), so it does not depend on how rows are spread over processes.
-  Runs on the devices, under jit, on global arrays.
+  Mixup pairs each row with the one `shift` rows before it inside consecutive blocks of
+  `group` rows (one virtual shard's rows), so it does not depend on how rows are spread over
+  processes; with repeated augmentation the shift is the repeat count, so that an image is
+  not mixed with its own copy. Runs on the devices, under jit, on global arrays.
   """
-  out = {k: v for k, v in batch.items() if k not in ('ratio', 'index')}
+  out = {k: v for k, v in batch.items() if k not in ('ratio', 'image_ratio', 'box', 'index')}
   out['image'] = value_range(batch['image'])
   if 'ratio' in batch:
-    ratio = batch['ratio']
 
-    def mix(x):
+    def mix(x, weight):
       blocks = x.reshape((-1, group) + x.shape[1:])
-      partner = jnp.roll(blocks, 1, axis=1).reshape(x.shape)
-      lam = ratio.reshape((-1,) + (1,) * (x.ndim - 1))
+      partner = jnp.roll(blocks, shift, axis=1).reshape(x.shape)
+      lam = weight.reshape(weight.shape + (1,) * (x.ndim - weight.ndim))
       return lam * x + (1.0 - lam) * partner
-    out['image'], out['label'] = mix(out['image']), mix(out['label'])
+    image_weight = batch['ratio']
+    if 'box' in batch:
+      image_weight = _cutmix_weights(batch['box'], batch['image_ratio'],
+                                     out['image'].shape[1:3])
+    out['image'] = mix(out['image'], image_weight)
+    out['label'] = mix(out['label'], batch['ratio'])
   return out
 
 
-def _finalizer(sharding: jax.sharding.NamedSharding, group: int):
+def _cutmix_weights(box, outside, hw: tuple[int, int]):
+  """Per-pixel weights [batch, H, W] of each row's own image: 0 inside its box, else `outside`."""
+  rows = jnp.arange(hw[0])[None, :, None]
+  cols = jnp.arange(hw[1])[None, None, :]
+  top, left, height, width = (box[:, i, None, None] for i in range(4))
+  inside = (rows >= top) & (rows < top + height) & (cols >= left) & (cols < left + width)
+  return jnp.where(inside, 0.0, outside[:, None, None])
+
+
+def _finalizer(sharding: jax.sharding.NamedSharding, group: int, shift: int = 1):
   """Returns finalize() jitted for global batches with this sharding."""
-  return jax.jit(functools.partial(finalize, group=group), out_shardings=sharding)
+  return jax.jit(functools.partial(finalize, group=group, shift=shift),
+                 out_shardings=sharding)
 
 
 def _global_batches(local_batches, to_inputs, sharding, global_batch: int,
@@ -329,7 +374,7 @@ def make_train_iterator(config, mesh: jax.sharding.Mesh, start_step: int = 0) ->
   shards = _groups_of_rows(local_row_runs(sharding, config.batch),
                            config.batch // num_shards, 'data shards')
   ds = train_dataset(config, shards, start_step)
-  to_inputs = _finalizer(sharding, config.batch // num_shards)
+  to_inputs = _finalizer(sharding, config.batch // num_shards, config.pp.get('repeats', 1))
   return _global_batches(ds.as_numpy_iterator(), to_inputs, sharding, config.batch,
                          max(1, config.prefetch))
 

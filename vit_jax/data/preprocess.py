@@ -1,4 +1,4 @@
-"""Per-example ops of the input pipeline: decode, crop, resize, flip, targets, mixup weights.
+"""Per-example ops of the input pipeline: decode, crop, resize, flip, targets, mixing draws.
 
 All ops are TensorFlow and run inside tf.data on the host. Every random op is stateless and
 takes an explicit seed (an int64 [2] tensor), so an example's augmentation is a function of
@@ -8,26 +8,32 @@ Images leave the host as uint8 (resized values rounded, as big_vision does): a q
 bytes of float32 to batch, copy and send to the devices. The map to float32 in [-1, 1] and
 mixup run on the devices (vit_jax.input_pipeline).
 
-Recipes (config.pp.train / config.pp.eval):
-  pretrain            inception crop (area pp.min_area..100%, aspect 3/4..4/3) to pp.crop,
-                      optional horizontal flip: the paper's pre-training recipe.
-  finetune_inception  the same inception crop, used for fine-tuning: the original
-                      vit_jax's fine-tuning recipe (configs/vit.py, configs/augreg.py).
-  finetune            resize to pp.resize, pad pp.pad zero pixels on every side, random
-                      pp.crop crop, optional flip.
-  central_crop (eval) resize to pp.resize, central pp.crop crop (pre-training recipes, with
+config.pp.train and config.pp.eval are pp strings: ops by name joined by "|"
+(vit_jax.data.pp_registry), e.g. 'pretrain|randaug(2, 9, 0.5)|erase(0.25)'. The ops of this
+module are the geometric ones; vit_jax.data.augment and vit_jax.data.randaug add the rest.
+The recipes are named compositions of them, expanded from the other pp fields:
+  pretrain            inception_crop(pp.crop, pp.min_area) (area min_area..100%, aspect
+                      3/4..4/3), then flip_lr if pp.flip: the paper's pre-training recipe.
+  finetune_inception  the same, used for fine-tuning: the original vit_jax's fine-tuning
+                      recipe (configs/vit.py, configs/augreg.py).
+  finetune            decode|resize(pp.resize)|pad(pp.pad)|random_crop(pp.crop), then
+                      flip_lr if pp.flip.
+  central_crop (eval) resize(pp.resize)|central_crop(pp.crop) (pre-training recipes, with
                       pp.keep_aspect).
-  resize (eval)       resize straight to pp.crop (the original vit_jax evaluation).
+  resize (eval)       resize(pp.crop): the original vit_jax evaluation.
 Resizing squashes to a square like the original vit_jax; pp.keep_aspect resizes the shorter
-side instead.
+side instead. A training chain that does not start with a decoding op gets `decode` first.
 """
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 
-TRAIN_RECIPES = ('pretrain', 'finetune', 'finetune_inception')
-EVAL_RECIPES = ('central_crop', 'resize')
+# The other op modules register their ops on import.
+from vit_jax.data import augment  # pylint: disable=unused-import
+from vit_jax.data import pp_registry
+from vit_jax.data import randaug  # pylint: disable=unused-import
+from vit_jax.data.pp_registry import register
 
 
 def decode(data: tf.Tensor, channels: int = 3) -> tf.Tensor:
@@ -91,40 +97,122 @@ def to_uint8(image: tf.Tensor) -> tf.Tensor:
   return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
 
 
+@register('decode', decodes=True)
+def _decode_op() -> Callable:
+  """decode: the whole image, uint8 [H, W, C] times the dataset's pixel scale."""
+  return lambda enc: _scale(decode(enc.data, enc.channels), enc.scale)
+
+
+@register('inception_crop', random=True, decodes=True)
+def _inception_crop_op(size: int, min_area: float = 0.05) -> Callable:
+  """inception_crop(size, min_area): a random crop of min_area..1 of the area, resized."""
+  _check_size('size', size)
+  if not 0 < min_area <= 1:
+    raise ValueError(f'min_area={min_area!r} must be in (0, 1]')
+  return lambda enc, seed: inception_crop(enc.data, seed, min_area, size, enc.channels,
+                                          enc.scale)
+
+
+@register('resize')
+def _resize_op(size: int, keep_aspect: bool = False) -> Callable:
+  """resize(size, keep_aspect): to [size, size], or the shorter side to size."""
+  _check_size('size', size)
+  return lambda image: resize(image, size, keep_aspect)
+
+
+@register('pad')
+def _pad_op(pixels: int) -> Callable:
+  """pad(pixels): zero pixels added on every side."""
+  if not isinstance(pixels, int) or pixels < 0:
+    raise ValueError(f'pixels={pixels!r} must be an integer >= 0')
+  return lambda image: tf.pad(image, [[pixels, pixels], [pixels, pixels], [0, 0]])
+
+
+@register('random_crop', random=True)
+def _random_crop_op(size: int) -> Callable:
+  """random_crop(size): a random [size, size] window."""
+  _check_size('size', size)
+  return lambda image, seed: tf.image.stateless_random_crop(
+      image, tf.concat([[size, size], tf.shape(image)[2:]], 0), seed)
+
+
+@register('central_crop')
+def _central_crop_op(size: int) -> Callable:
+  """central_crop(size): the central [size, size] window."""
+  _check_size('size', size)
+  return lambda image: central_crop(image, size)
+
+
+@register('flip_lr', random=True)
+def _flip_lr_op() -> Callable:
+  """flip_lr: a horizontal flip with probability 1/2."""
+  return tf.image.stateless_random_flip_left_right
+
+
+def _check_size(name: str, size) -> None:
+  if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+    raise ValueError(f'{name}={size!r} must be a positive integer (pixels)')
+
+
+def _flip(pp) -> str:
+  return '|flip_lr' if pp.flip else ''
+
+
+@pp_registry.register_composition('pretrain')
+@pp_registry.register_composition('finetune_inception')
+def _inception_recipe(pp) -> str:
+  return f'inception_crop({pp.crop}, {float(pp.min_area)!r})' + _flip(pp)
+
+
+@pp_registry.register_composition('finetune')
+def _finetune_recipe(pp) -> str:
+  pad = pp.get('pad', 0)
+  return (f'decode|resize({pp.resize}, {bool(pp.get("keep_aspect"))})'
+          + (f'|pad({pad})' if pad else '') + f'|random_crop({pp.crop})' + _flip(pp))
+
+
+@pp_registry.register_composition('central_crop')
+def _central_crop_recipe(pp) -> str:
+  return f'resize({pp.resize}, {bool(pp.get("keep_aspect"))})|central_crop({pp.crop})'
+
+
+@pp_registry.register_composition('resize')
+def _resize_recipe(pp) -> str:
+  return f'resize({pp.crop})'
+
+
+def train_chain(pp) -> pp_registry.Chain:
+  """The pp.train ops as one function (Encoded, seed) -> image; bad ops raise one line."""
+  try:
+    text = pp.train if pp_registry.decodes_first(pp.train, pp) else 'decode|' + pp.train
+    return pp_registry.build(text, pp)
+  except ValueError as e:
+    raise ValueError(f'config.pp.train={pp.train!r}: {e}') from None
+
+
+def eval_chain(pp) -> pp_registry.Chain:
+  """The pp.eval ops as one function image -> image; bad or random ops raise one line."""
+  try:
+    return pp_registry.build(pp.eval, pp, train=False)
+  except ValueError as e:
+    raise ValueError(f'config.pp.eval={pp.eval!r}: {e}') from None
+
+
 def train_image(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1) -> tf.Tensor:
-  """Applies the pp.train recipe to encoded image bytes: uint8 [crop, crop, C]."""
-  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-  channels = pp.num_channels
-  if pp.train in ('pretrain', 'finetune_inception'):
-    image = inception_crop(data, crop_seed, pp.min_area, pp.crop, channels, scale)
-  elif pp.train == 'finetune':
-    image = resize(_scale(decode(data, channels), scale), pp.resize, pp.get('keep_aspect'))
-    pad = pp.get('pad', 0)
-    if pad:
-      image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
-    image = tf.image.stateless_random_crop(image, [pp.crop, pp.crop, channels], crop_seed)
-  else:
-    raise ValueError(f'config.pp.train={pp.train!r}; use one of {", ".join(TRAIN_RECIPES)}')
-  image = to_uint8(image)
-  if pp.flip:
-    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-  return image
+  """Applies the pp.train ops to encoded image bytes: uint8 [crop, crop, C]."""
+  image = train_chain(pp)(pp_registry.Encoded(data, pp.num_channels, scale), seed)
+  return image if image.dtype == tf.uint8 else to_uint8(image)
 
 
 def eval_uint8(image: tf.Tensor, pp) -> tf.Tensor:
-  """Applies the pp.eval recipe to a decoded uint8 image: uint8 [crop, crop, C]."""
-  if pp.eval == 'resize':
-    out = resize(image, pp.crop)
-  elif pp.eval == 'central_crop':
-    out = central_crop(resize(image, pp.resize, pp.get('keep_aspect')), pp.crop)
-  else:
-    raise ValueError(f'config.pp.eval={pp.eval!r}; use one of {", ".join(EVAL_RECIPES)}')
+  """Applies the pp.eval ops to a decoded image: uint8 [crop, crop, C]."""
+  out = eval_chain(pp)(image)
   out.set_shape([pp.crop, pp.crop, image.shape[-1]])
-  return to_uint8(out)
+  return out if out.dtype == tf.uint8 else to_uint8(out)
 
 
 def eval_image(image: tf.Tensor, pp) -> tf.Tensor:
-  """Applies the pp.eval recipe to a decoded uint8 image: float32 [crop, crop, C] in [-1, 1]."""
+  """Applies the pp.eval ops to a decoded image: float32 [crop, crop, C] in [-1, 1]."""
   return tf.clip_by_value(tf.cast(eval_uint8(image, pp), tf.float32) / 127.5 - 1.0, -1.0, 1.0)
 
 
@@ -144,6 +232,43 @@ def mixup_ratio(seed: tf.Tensor, alpha: float) -> tf.Tensor:
   """Draws the mixing weight lambda ~ Beta(alpha, alpha) from a stateless seed."""
   g = tf.random.stateless_gamma([2], seed=seed, alpha=alpha)
   return g[0] / (g[0] + g[1])
+
+
+def cutmix_box(seed: tf.Tensor, alpha: float, size: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """A CutMix box [top, left, height, width] in a size x size image and its label weight.
+
+  As timm's rand_bbox: lambda ~ Beta(alpha, alpha), a box of sides size * sqrt(1 - lambda)
+  centred uniformly and clipped to the image; the label weight is the uncovered fraction.
+  """
+  ratio_seed, y_seed, x_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+  cut = tf.cast(size * tf.sqrt(1.0 - mixup_ratio(ratio_seed, alpha)), tf.int32)
+  cy = tf.random.stateless_uniform([], y_seed, 0, size, tf.int32)
+  cx = tf.random.stateless_uniform([], x_seed, 0, size, tf.int32)
+  top, bottom = tf.maximum(cy - cut // 2, 0), tf.minimum(cy + cut // 2, size)
+  left, right = tf.maximum(cx - cut // 2, 0), tf.minimum(cx + cut // 2, size)
+  weight = 1.0 - tf.cast((bottom - top) * (right - left), tf.float32) / float(size * size)
+  return tf.stack([top, left, bottom - top, right - left]), weight
+
+
+def mix_params(seed: tf.Tensor, pp) -> dict[str, tf.Tensor]:
+  """The batch-mixing draw of one shard's rows at one step: Mixup or CutMix (timm's switch).
+
+  {'ratio': label weight}, and with pp.cutmix also 'image_ratio' (the pixel weight outside
+  the box) and 'box' ([top, left, height, width], empty for a Mixup draw). Mixup alone draws
+  exactly what it drew before CutMix existed.
+  """
+  if not pp.get('cutmix', 0.0):
+    return {'ratio': mixup_ratio(seed, pp.mixup)}
+  switch_seed, mixup_seed, cutmix_seed = tf.unstack(
+      tf.random.experimental.stateless_split(seed, 3))
+  box, cut_weight = cutmix_box(cutmix_seed, pp.cutmix, pp.crop)
+  if not pp.mixup:
+    return {'ratio': cut_weight, 'image_ratio': tf.constant(1.0), 'box': box}
+  lam = mixup_ratio(mixup_seed, pp.mixup)
+  use_cutmix = tf.random.stateless_uniform([], switch_seed) < pp.cutmix_switch_prob
+  return {'ratio': tf.where(use_cutmix, cut_weight, lam),
+          'image_ratio': tf.where(use_cutmix, 1.0, lam),
+          'box': tf.where(use_cutmix, box, tf.zeros_like(box))}
 
 
 def _clevr_count(f):

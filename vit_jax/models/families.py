@@ -57,6 +57,10 @@ class Family:
       default_factory=dict)
   # The classifier head first, then layers a fine-tuning head may replace (pre-logits).
   head_keys: tuple[str, ...] = ('head', 'pre_logits')
+  # Depth of a parameter (its key path) for layer-wise learning-rate decay: 0 for the
+  # embeddings, i + 1 for block i, None for what sits on top of the blocks (final norm,
+  # pre-logits, head). None here: the family has no such layers (layer_decay is refused).
+  layer_of: Optional[Callable[[tuple[str, ...]], Optional[int]]] = None
 
 
 FAMILIES: dict[str, Family] = {}

@@ -1,5 +1,6 @@
 """Vision Transformer (and its ResNet hybrid) with the original Linen parameter tree."""
 import math
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 import flax.linen as nn
@@ -419,6 +420,18 @@ def _rgb_filters(model: nn.Module, params: Mapping[str, Any]) -> Any:
   return None if model.resnet is not None else params['embedding']['kernel']
 
 
+def _layer_of(path: tuple[str, ...]) -> Optional[int]:
+  """0: patch/ResNet embedding, class token, position embedding; i + 1: encoderblock_i."""
+  if path[0] in ('head', 'pre_logits'):
+    return None
+  if path[0] != 'Transformer':
+    return 0
+  if path[1] == 'posembed_input':
+    return 0
+  block = re.fullmatch(r'encoderblock_(\d+)', path[1])
+  return int(block.group(1)) + 1 if block else None  # encoder_norm: on top
+
+
 FAMILY = families.Family(
     name='vit',
     module=VisionTransformer,
@@ -439,6 +452,7 @@ FAMILY = families.Family(
     class_token_key='cls',
     rgb_filters=_rgb_filters,
     attention_fields={'attention': 'xla', 'remat': False, 'scan_layers': False},
+    layer_of=_layer_of,
     # Pre-Linen numbering inside encoder blocks, as the original loader and timm read it.
     npz_renames={r'^encoderblock_\d+$': {
         'LayerNorm_0': 'LayerNorm_0',

@@ -8,7 +8,8 @@ wall-clock rate / cores and as images per CPU-second the process used (all its t
 the second is the one to scale to another host, and stays right on a busy machine. The default
 dataset, synthetic/jpeg224, holds ImageNet-like JPEGs (300..500 px, ~100 KB) and is generated
 into --data_dir on first use (about 20 s), so the command needs no download. Any dataset name
-of vit_jax.data.sources works, e.g. --dataset=imagenet2012 --data_dir=/path/to/tfds.
+of vit_jax.data.sources works, e.g. --dataset=imagenet2012 --data_dir=/path/to/tfds, and
+--recipe any pp.train string (e.g. --recipe='pretrain|randaug(2, 9, 0.5)' for RandAugment).
 """
 import os
 import time
@@ -24,8 +25,9 @@ _DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data dir (default: TFDS 
 _BATCH = flags.DEFINE_integer('batch', 256, 'Images per batch (one process).')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Batches timed.')
 _WARMUP = flags.DEFINE_integer('warmup', 10, 'Batches run before timing starts.')
-_RECIPE = flags.DEFINE_enum('recipe', 'pretrain', ['pretrain', 'finetune',
-                                                   'finetune_inception'], 'pp.train recipe.')
+_RECIPE = flags.DEFINE_string('recipe', 'pretrain', "pp.train: a recipe ('pretrain', "
+                              "'finetune', 'finetune_inception') or any pp string of ops, "
+                              "e.g. 'pretrain|randaug(2, 9, 0.5)|erase(0.25)'.")
 _CROP = flags.DEFINE_integer('crop', 224, 'Training resolution (pp.crop).')
 _SHUFFLE = flags.DEFINE_integer('shuffle_buffer', 50_000, 'config.shuffle_buffer.')
 _CACHE = flags.DEFINE_bool('cache', False, 'Keep the training records in memory.')

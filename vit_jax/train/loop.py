@@ -26,6 +26,7 @@ from vit_jax.models import from_config
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
 from vit_jax.train import checkpointer
+from vit_jax.train import layer_decay
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import preemption
@@ -174,6 +175,9 @@ def _log_start(config, info, mesh, state, start: int) -> None:
                f'{n_params:,}', info.name, info.num_train, info.num_eval,
                info.num_classes, dict(mesh.shape), config.batch, config.accum_steps,
                start, config.total_steps)
+  if config.get('layer_decay', 1.0) != 1:
+    logging.info('Layer-wise lr decay %g: %s.', config.layer_decay, layer_decay.describe(
+        state.params, models.family_of(config.model_name).layer_of, config.layer_decay))
 
 
 def _evaluate(scheduled: evaluators.base.Scheduled, params: Any, step: int,

@@ -5,7 +5,8 @@ AdamW), one added with `register`, or any optax optimizer that takes a learning 
 its first argument ('lion', 'lamb', 'adafactor', ...). Its keyword arguments are
 `config.optimizers.<name>` (absent: the factory's defaults). Every optimizer gets the
 config's learning-rate schedule, gradient clipping at `config.grad_clip_norm` and weight
-decay `config.weight_decay` on the kernels only (decay_mask).
+decay `config.weight_decay` on the kernels only (decay_mask); `config.layer_decay` < 1
+scales each parameter's updates by its depth (vit_jax.train.layer_decay).
 """
 import inspect
 from typing import Any, Callable
@@ -14,6 +15,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+
+from vit_jax import models
+from vit_jax.train import layer_decay
 
 # name -> factory(learning_rate, weight_decay, mask, **kwargs) -> GradientTransformation
 Factory = Callable[..., optax.GradientTransformation]
@@ -93,14 +97,19 @@ def _kwargs(config: ml_collections.ConfigDict, factory: Factory) -> dict[str, An
 
 
 def make(config: ml_collections.ConfigDict, schedule: Any) -> optax.GradientTransformation:
-  """Gradient clipping, then the named optimizer with the schedule and weight decay."""
+  """Gradient clipping, the named optimizer with the schedule and weight decay, layer decay."""
   factory = OPTIMIZERS.get(config.optimizer) or _optax_factory(config.optimizer)
   if not config.weight_decay >= 0:
     raise ValueError(f'config.weight_decay={config.weight_decay} must be >= 0.')
   if not config.grad_clip_norm >= 0:
     raise ValueError(f'config.grad_clip_norm={config.grad_clip_norm} must be >= 0 '
                      '(0 = off).')
+  decay = config.get('layer_decay', 1.0)
+  layer_of = models.family_of(config.model_name).layer_of if decay != 1 else None
+  layer_decay.check(decay, layer_of, config.model_name, config.get('objective', 'supervised'))
   opt = factory(schedule, config.weight_decay, decay_mask, **_kwargs(config, factory))
+  if decay != 1:
+    opt = optax.chain(opt, layer_decay.scale_by_layer(layer_of, decay))
   if config.grad_clip_norm:
     opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
   return opt

@@ -46,7 +46,7 @@ FIELDS = (
     ('warmup_steps', True), ('base_lr', True), ('end_lr', True), ('decay_type', True),
     ('objective', True), ('objectives.*', True),
     ('optimizer', True), ('optimizers.*', True),
-    ('weight_decay', True), ('grad_clip_norm', True),
+    ('weight_decay', True), ('grad_clip_norm', True), ('layer_decay', True),
 )
 
 

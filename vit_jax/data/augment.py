@@ -1,0 +1,164 @@
+"""Photometric and occlusion ops by name: colour jitter, grayscale, blur, solarisation, erasing.
+
+Each is a random op of the pp string (vit_jax.data.pp_registry) on images with values in
+0..255 (uint8, or float straight from a resize), returning uint8; each applies with a
+probability `prob` drawn from its own stateless seed.
+"""
+import math
+from typing import Callable
+
+import tensorflow as tf
+
+from vit_jax.data import randaug
+from vit_jax.data.pp_registry import register
+
+
+def _check_prob(prob) -> None:
+  if not 0 <= prob <= 1:
+    raise ValueError(f'prob={prob!r} must be in [0, 1]')
+
+
+def _maybe(prob: float, seed: tf.Tensor, image: tf.Tensor, fn: Callable) -> tf.Tensor:
+  """fn(image) with probability prob, else the image (as uint8 either way)."""
+  image = randaug.as_uint8(image)
+  apply = tf.random.stateless_uniform([], seed) < prob
+  out = tf.cond(apply, lambda: randaug.as_uint8(fn(image)), lambda: image)
+  out.set_shape(image.shape)
+  return out
+
+
+@register('color_jitter', random=True)
+def color_jitter(brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.4,
+                 hue: float = 0.1, prob: float = 0.8) -> Callable:
+  """color_jitter(brightness, contrast, saturation, hue, prob): torchvision's ColorJitter."""
+  for name, value in (('brightness', brightness), ('contrast', contrast),
+                      ('saturation', saturation)):
+    if not 0 <= value < 1:
+      raise ValueError(f'{name}={value!r} must be in [0, 1)')
+  if not 0 <= hue <= 0.5:
+    raise ValueError(f'hue={hue!r} must be in [0, 0.5]')
+  _check_prob(prob)
+
+  def jitter(image: tf.Tensor, seeds) -> tf.Tensor:
+    # Factors uniform in [1 - x, 1 + x] and a hue shift in [-hue, hue], in this fixed order
+    # (torchvision shuffles the order; a fixed one keeps the op a pure function of its seed).
+    def factor(s, x):
+      return tf.random.stateless_uniform([], s, 1.0 - x, 1.0 + x)
+    x = randaug.brightness(image, factor(seeds[0], brightness))
+    x = randaug.contrast(x, factor(seeds[1], contrast))
+    x = randaug.color(x, factor(seeds[2], saturation))
+    if hue and image.shape[-1] == 3:
+      delta = tf.random.stateless_uniform([], seeds[3], -hue, hue)
+      x = tf.image.adjust_hue(tf.cast(x, tf.float32) / 255.0, delta) * 255.0
+    return x
+
+  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 5))
+    return _maybe(prob, seeds[4], image, lambda x: jitter(x, seeds))
+  return fn
+
+
+@register('grayscale', random=True)
+def grayscale(prob: float = 0.2) -> Callable:
+  """grayscale(prob): the luma in every channel, with probability prob."""
+  _check_prob(prob)
+
+  def gray(image: tf.Tensor) -> tf.Tensor:
+    luma = tf.round(randaug.gray(tf.cast(image, tf.float32)))
+    return tf.broadcast_to(luma, tf.shape(image))
+  return lambda image, seed: _maybe(prob, seed, image, gray)
+
+
+@register('solarize', random=True)
+def solarize(prob: float = 0.2, threshold: int = 128) -> Callable:
+  """solarize(prob, threshold): inverts values >= threshold, with probability prob (BYOL)."""
+  _check_prob(prob)
+  if not 0 <= threshold <= 256:
+    raise ValueError(f'threshold={threshold!r} must be in [0, 256]')
+  return lambda image, seed: _maybe(prob, seed, image,
+                                    lambda x: randaug.solarize(x, threshold))
+
+
+def gaussian_blur(image: tf.Tensor, sigma: tf.Tensor, radius: int) -> tf.Tensor:
+  """Separable Gaussian blur of standard deviation sigma (pixels), edges reflected."""
+  t = tf.range(-radius, radius + 1, dtype=tf.float32)
+  k = tf.exp(-0.5 * tf.square(t / sigma))
+  k /= tf.reduce_sum(k)
+  channels = image.shape[-1]
+  x = tf.pad(tf.cast(image, tf.float32)[None],
+             [[0, 0], [radius, radius], [radius, radius], [0, 0]], mode='REFLECT')
+  x = tf.nn.depthwise_conv2d(x, tf.tile(k[:, None, None, None], [1, 1, channels, 1]),
+                             [1, 1, 1, 1], 'VALID')
+  x = tf.nn.depthwise_conv2d(x, tf.tile(k[None, :, None, None], [1, 1, channels, 1]),
+                             [1, 1, 1, 1], 'VALID')
+  return x[0]
+
+
+@register('blur', random=True)
+def blur(prob: float = 0.5, sigma_min: float = 0.1, sigma_max: float = 2.0) -> Callable:
+  """blur(prob, sigma_min, sigma_max): Gaussian blur, sigma uniform in [min, max] pixels."""
+  _check_prob(prob)
+  if not 0 < sigma_min <= sigma_max:
+    raise ValueError(f'sigma_min={sigma_min!r}, sigma_max={sigma_max!r}: need '
+                     '0 < sigma_min <= sigma_max')
+  radius = max(1, math.ceil(3 * sigma_max))  # the kernel covers +-3 sigma
+
+  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    sigma_seed, apply_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    sigma = tf.random.stateless_uniform([], sigma_seed, sigma_min, sigma_max)
+    return _maybe(prob, apply_seed, image, lambda x: gaussian_blur(x, sigma, radius))
+  return fn
+
+
+# timm's RandomErasing 'pixel' mode fills with N(0, 1) per pixel in ImageNet-normalised
+# space: in pixels that is about N(mean, (0.226 * 255)^2); we centre it on mid-grey.
+_ERASE_MEAN, _ERASE_STD = 127.5, 0.226 * 255
+_ERASE_ATTEMPTS = 10  # timm's
+
+
+@register('erase', random=True)
+def erase(prob: float = 0.25, min_area: float = 0.02, max_area: float = 1 / 3,
+          min_aspect: float = 0.3) -> Callable:
+  """erase(prob, min_area, max_area, min_aspect): timm's RandomErasing, per-pixel noise."""
+  _check_prob(prob)
+  if not 0 < min_area <= max_area <= 1:
+    raise ValueError(f'min_area={min_area!r}, max_area={max_area!r}: need '
+                     '0 < min_area <= max_area <= 1')
+  if not 0 < min_aspect <= 1:
+    raise ValueError(f'min_aspect={min_aspect!r} must be in (0, 1]')
+  log_aspect = (math.log(min_aspect), -math.log(min_aspect))
+
+  def box(image: tf.Tensor, seed: tf.Tensor) -> list[tf.Tensor]:
+    """[top, left, height, width] of the first of 10 tries that fits (timm's); 0 x 0 if none."""
+    s = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    h, w = tf.shape(image)[0], tf.shape(image)[1]
+    area = tf.cast(h * w, tf.float32) * tf.random.stateless_uniform(
+        [_ERASE_ATTEMPTS], s[0], min_area, max_area)
+    aspect = tf.exp(tf.random.stateless_uniform([_ERASE_ATTEMPTS], s[1], *log_aspect))
+    bh = tf.cast(tf.round(tf.sqrt(area * aspect)), tf.int32)
+    bw = tf.cast(tf.round(tf.sqrt(area / aspect)), tf.int32)
+    fits = (bh < h) & (bw < w) & (bh > 0) & (bw > 0)
+    i = tf.argmax(tf.cast(fits, tf.int32))
+    bh, bw = tf.where(fits[i], bh[i], 0), tf.where(fits[i], bw[i], 0)
+    u = tf.random.stateless_uniform([2], s[2])
+    top = tf.cast(u[0] * tf.cast(h - bh + 1, tf.float32), tf.int32)
+    left = tf.cast(u[1] * tf.cast(w - bw + 1, tf.float32), tf.int32)
+    return [top, left, bh, bw]
+
+  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    box_seed, noise_seed, apply_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, 3))
+
+    def erase_box(x):
+      top, left, bh, bw = box(x, box_seed)
+      h, w = tf.shape(x)[0], tf.shape(x)[1]
+      # Noise for the box only (drawing it for the whole image costs more than RandAugment).
+      noise = _ERASE_MEAN + _ERASE_STD * tf.random.stateless_normal(
+          tf.stack([bh, bw, tf.shape(x)[2]]), noise_seed)
+      patch = tf.pad(randaug.as_uint8(noise), [[top, h - top - bh], [left, w - left - bw],
+                                               [0, 0]])
+      rows, cols = tf.range(h)[:, None, None], tf.range(w)[None, :, None]
+      inside = (rows >= top) & (rows < top + bh) & (cols >= left) & (cols < left + bw)
+      return tf.where(inside, patch, x)
+    return _maybe(prob, apply_seed, image, erase_box)
+  return fn

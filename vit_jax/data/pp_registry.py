@@ -1,0 +1,145 @@
+"""Preprocessing ops by name, and the pp strings that compose them ('pretrain|randaug(2, 9)').
+
+An op is one builder function registered here under a name: called with the op's arguments
+from the pp string, it checks them (a ValueError names the argument) and returns the per-
+example function. Random ops take (image, seed) and are given their own stateless seed;
+deterministic ops take (image). Decoding ops take an `Encoded` record instead of an image
+and may only come first. Named compositions (the recipes) expand to pp strings of ops: a
+bare composition name expands ('resize'), the same name with arguments is the op
+('resize(224)').
+"""
+import ast
+import dataclasses
+import inspect
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+  """A registered op: its builder and how the chain calls what the builder returns."""
+  builder: Callable[..., Callable]
+  random: bool    # the per-example function takes (image, seed)
+  decodes: bool   # it takes an Encoded record: only first in a chain
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+  """Encoded image bytes with what decoding needs: channels and the dataset's pixel scale."""
+  data: tf.Tensor
+  channels: int = 3
+  scale: int = 1
+
+
+OPS: dict[str, OpInfo] = {}
+# Named compositions: name -> function of config.pp returning a pp string of ops.
+COMPOSITIONS: dict[str, Callable[[Any], str]] = {}
+
+
+def register(name: str, *, random: bool = False, decodes: bool = False):
+  """Decorator: registers an op builder under `name`."""
+  def wrap(builder: Callable[..., Callable]) -> Callable[..., Callable]:
+    OPS[name] = OpInfo(builder, random, decodes)
+    return builder
+  return wrap
+
+
+def register_composition(name: str):
+  """Decorator: registers a function of config.pp returning a pp string under `name`."""
+  def wrap(fn: Callable[[Any], str]) -> Callable[[Any], str]:
+    COMPOSITIONS[name] = fn
+    return fn
+  return wrap
+
+
+def expand(text: str, pp) -> str:
+  """Replaces the composition names among the ops of `text` by their ops for config.pp."""
+  return '|'.join(COMPOSITIONS[t.strip()](pp) if t.strip() in COMPOSITIONS else t
+                  for t in text.split('|'))
+
+
+def _literal(node: ast.AST, token: str) -> Any:
+  try:
+    return ast.literal_eval(node)
+  except ValueError:
+    raise ValueError(f'op {token!r}: arguments must be numbers, strings or booleans') from None
+
+
+def parse(text: str) -> list[tuple[str, tuple, dict]]:
+  """'a|b(1, x=2)' -> [('a', (), {}), ('b', (1,), {'x': 2})]; malformed ops raise."""
+  out = []
+  for token in (t.strip() for t in text.split('|')):
+    if not token:
+      raise ValueError(f'{text!r} has an empty op (two "|" in a row, or one at an end)')
+    try:
+      node = ast.parse(token, mode='eval').body
+    except SyntaxError:
+      raise ValueError(f'op {token!r} is not NAME or NAME(ARGS)') from None
+    if isinstance(node, ast.Name):
+      out.append((node.id, (), {}))
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+      args = tuple(_literal(a, token) for a in node.args)
+      kwargs = {k.arg: _literal(k.value, token) for k in node.keywords}
+      out.append((node.func.id, args, kwargs))
+    else:
+      raise ValueError(f'op {token!r} is not NAME or NAME(ARGS)')
+  return out
+
+
+def _build(name: str, args: tuple, kwargs: dict) -> Callable:
+  if name not in OPS:
+    raise ValueError(f'unknown op {name!r}; known: {", ".join(sorted(COMPOSITIONS))} '
+                     f'(compositions), {", ".join(sorted(OPS))}')
+  builder = OPS[name].builder
+  try:
+    inspect.signature(builder).bind(*args, **kwargs)
+  except TypeError as e:
+    raise ValueError(f'op {name!r}: {e}; signature {name}{inspect.signature(builder)}') from None
+  try:
+    return builder(*args, **kwargs)
+  except ValueError as e:
+    raise ValueError(f'op {name!r}: {e}') from None
+
+
+Chain = Callable[[Any, Optional[tf.Tensor]], tf.Tensor]
+
+
+def build(text: str, pp, *, train: bool = True) -> Chain:
+  """The function (image or Encoded, seed) -> image that applies the ops of `text` in order.
+
+  Composition names in `text` are expanded for config.pp first. With train=False (evaluation)
+  random and decoding ops are refused: evaluation is deterministic and decodes itself.
+
+  Random op k of the chain gets the k-th seed of stateless_split(seed, number of random ops)
+  (a prefix of any longer split), so adding a random op at the end of a chain leaves the
+  augmentation of the ops before it unchanged.
+  """
+  ops = []
+  for i, (name, args, kwargs) in enumerate(parse(expand(text, pp))):
+    fn = _build(name, args, kwargs)
+    info = OPS[name]
+    if info.decodes and (i or not train):
+      raise ValueError(f'op {name!r} decodes image bytes: it can only come first, in training')
+    if info.random and not train:
+      raise ValueError(f'op {name!r} is random: evaluation takes deterministic ops only')
+    ops.append((fn, info))
+  num_random = sum(info.random for _, info in ops)
+
+  def apply(image, seed=None):
+    if num_random:
+      seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num_random))
+    k = 0
+    for fn, info in ops:
+      if info.random:
+        image, k = fn(image, seeds[k]), k + 1
+      else:
+        image = fn(image)
+    return image
+  return apply
+
+
+def decodes_first(text: str, pp) -> bool:
+  """Whether the first op of `text` decodes (else the caller decodes before the chain)."""
+  name = parse(expand(text, pp))[0][0]
+  return name in OPS and OPS[name].decodes
