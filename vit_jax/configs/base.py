@@ -121,6 +121,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   # decay^(L-i), head x 1 (MAE/BEiT fine-tuning); 1 = off.
   c.layer_decay = 1.0
   c.grad_clip_norm = 1.0          # 0 = off
+  # Weight EMA (timm's --model-ema): ema = d * ema + (1 - d) * params after every step;
+  # 0 = off, timm's default 0.9998. Exported as ema_params.npz; with ema_eval the
+  # evaluators also score it (metrics with the suffix _ema).
+  c.ema_decay = 0.0
+  c.ema_eval = True
 
   # Devices: mesh axis sizes (-1 = all remaining devices) and sharding rules.
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1})

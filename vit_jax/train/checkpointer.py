@@ -5,6 +5,7 @@ Each step directory gets a checksum manifest once orbax has committed it
 restores and holds only finite values; newer steps that fail are moved aside to
 WORKDIR/checkpoints_corrupt/STEP-REASON (never deleted) with one warning each.
 """
+import dataclasses
 import logging
 import os
 import threading
@@ -34,6 +35,19 @@ class NoGoodCheckpointError(ValueError):
 def _first_line(e: BaseException) -> str:
   text = str(e).strip()
   return (text.splitlines()[0][:200] if text else type(e).__name__)
+
+
+def _legacy_target(saved: Any, abstract_state: Any) -> Optional[dict]:
+  """The restore target of a checkpoint written before the state had an `extra` slot.
+
+  Such a step resumes into a state whose slot is empty (no weight EMA, no teacher);
+  None when the checkpoint has the slot or the state needs it filled.
+  """
+  extra = getattr(abstract_state, 'extra', None)
+  if not isinstance(saved, dict) or 'extra' in saved or extra is None or jax.tree.leaves(extra):
+    return None
+  return {f.name: getattr(abstract_state, f.name)
+          for f in dataclasses.fields(abstract_state) if f.name != 'extra'}
 
 
 def _array_shapes(tree: Any) -> list[tuple]:
@@ -182,9 +196,14 @@ class StateCheckpointer:
       return None, f'unreadable metadata: {_first_line(e)}'
     if saved is None:
       return None, 'unreadable metadata'
-    self._check_fits(step, saved, abstract_state)
+    target = _legacy_target(saved, abstract_state)
+    self._check_fits(step, saved, abstract_state if target is None else target)
     try:
-      state = self._manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+      if target is None:
+        state = self._manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+      else:
+        state = abstract_state.replace(**self._manager.restore(
+            step, args=ocp.args.StandardRestore(target)))
     except Exception as e:  # pylint: disable=broad-except  (orbax/tensorstore errors)
       return None, f'restore failed: {_first_line(e)}'
     leaf = integrity.non_finite_leaf(state)

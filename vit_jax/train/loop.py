@@ -26,6 +26,7 @@ from vit_jax.models import from_config
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
 from vit_jax.train import checkpointer
+from vit_jax.train import ema
 from vit_jax.train import layer_decay
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
@@ -76,7 +77,8 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   if start and jax.process_index() == 0:
     resume.record(run_config, workdir, changes, start)
   step_fn = step_lib.jit_train_step(step_lib.make_train_step(
-      objective, tx, config.accum_steps, schedule), mesh, shardings)
+      objective, tx, config.accum_steps, schedule, ema.make_update(config)), mesh,
+                                    shardings)
   writer = writers.make_writer(workdir)
   evals = evaluators.create(config, evaluators.Context(
       config, model, mesh, objectives.example_loss(objective)))
@@ -95,6 +97,9 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
           for e in due:
             final.update(_evaluate(e, objective.model_params(state.params), step,
                                    writer))
+            if ema.enabled(config) and config.ema_eval:
+              final.update(_evaluate(e, objective.model_params(ema.params_of(state.extra)),
+                                     step, writer, suffix=ema.SUFFIX))
       preempted = sigterm.raised or ckpt.reached_preemption(step)
       if is_last or preempted or (config.checkpoint_every and
                                   step % config.checkpoint_every == 0):
@@ -109,6 +114,8 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
             'the same command again to resume.')
   ckpt.close()
   _export(objective.model_params(state.params), workdir, PARAMS_FILE)
+  if ema.enabled(config):  # the averaged weights, fine-tunable like params.npz
+    _export(objective.model_params(ema.params_of(state.extra)), workdir, ema.PARAMS_FILE)
   extra = objectives.auxiliary_params(objective, state.params)
   if extra is not None:  # e.g. MAE's decoder, for reconstructions
     _export(extra, workdir, f'{config.objective}_{PARAMS_FILE}')
@@ -141,7 +148,8 @@ def _initial_state(config, mesh, objective, tx, ckpt, workdir) -> tuple[Any, Any
   """(state, its shardings, first step): resumed, or created sharded (+ pretrained)."""
   rng = jax.random.PRNGKey(config.seed)
   image_shape = (1, config.pp.crop, config.pp.crop, 3)
-  init_fn = lambda r: step_lib.init_state(objective, tx, r, image_shape)  # noqa: E731
+  init_fn = lambda r: step_lib.init_state(  # noqa: E731
+      objective, tx, r, image_shape, lambda p: ema.init_extra(config, p))
   abstract = jax.eval_shape(init_fn, rng)
   shardings = sharding.tree_shardings(abstract, mesh, config)
   sharded = jax.tree.map(
@@ -161,7 +169,8 @@ def _initial_state(config, mesh, objective, tx, ckpt, workdir) -> tuple[Any, Any
     params = jax.device_put(objective.with_model_params(state.params, params),
                             shardings.params)
     opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
-    state = state.replace(params=params, opt_state=opt_state)
+    extra = jax.jit(lambda p: ema.init_extra(config, p), out_shardings=shardings.extra)(params)
+    state = state.replace(params=params, opt_state=opt_state, extra=extra)
     logging.info('Initialised parameters from %s.', path)
   if jax.process_index() == 0:
     epath.Path(workdir, CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
@@ -181,9 +190,11 @@ def _log_start(config, info, mesh, state, start: int) -> None:
 
 
 def _evaluate(scheduled: evaluators.base.Scheduled, params: Any, step: int,
-              writer: Any) -> dict:
-  """Runs one evaluator, writes what it returns, and returns its scalars."""
+              writer: Any, suffix: str = '') -> dict:
+  """Runs one evaluator, writes what it returns (names + suffix), and returns its scalars."""
   scalars, images = evaluators.base.split_results(scheduled.evaluator.run(params))
+  scalars = {f'{k}{suffix}': v for k, v in scalars.items()}
+  images = {f'{k}{suffix}': v for k, v in images.items()}
   if scalars:
     writer.write_scalars(step, scalars)
     logging.info('step %d: %s', step, ' '.join(

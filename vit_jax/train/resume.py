@@ -30,7 +30,7 @@ FIELDS = (
     ('log_every', False), ('checkpoint_every', False), ('keep_checkpoints', False),
     ('checkpoint_verify', False), ('allow_config_change', False),
     ('evals.*', False), ('batch_eval', False), ('peak_tflops', False),
-    ('prefetch', False), ('cache', False),
+    ('prefetch', False), ('cache', False), ('ema_eval', False),
     ('data_dir', False), ('manual_dir', False),
     # Read only when a run starts from step 0, never on resume.
     ('pretrained_path', False), ('pretrained_dir', False),
@@ -47,6 +47,7 @@ FIELDS = (
     ('objective', True), ('objectives.*', True),
     ('optimizer', True), ('optimizers.*', True),
     ('weight_decay', True), ('grad_clip_norm', True), ('layer_decay', True),
+    ('ema_decay', True),
 )
 
 

@@ -12,32 +12,48 @@ from vit_jax.train import objectives
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything a run needs to continue: step, parameters, optimizer state, base key."""
+  """Everything a run needs to continue: step, parameters, optimizer state, base key.
+
+  `extra` holds state that gradients do not train (a weight EMA, a teacher, a running
+  centre): named entries, updated after the optimizer inside the step; {} when unused.
+  """
   step: jax.Array
   params: Any
   opt_state: Any
   rng: jax.Array
+  extra: Any
+
+
+ExtraInit = Callable[[Any], dict]
+ExtraUpdate = Callable[[dict, Any, jax.Array], dict]
 
 
 def init_state(objective: objectives.Objective, tx: optax.GradientTransformation,
-               rng: jax.Array, image_shape: tuple) -> TrainState:
-  """Initialises a TrainState (jit it with out_shardings to create it sharded)."""
+               rng: jax.Array, image_shape: tuple,
+               init_extra: Optional[ExtraInit] = None) -> TrainState:
+  """Initialises a TrainState (jit it with out_shardings to create it sharded).
+
+  `init_extra(params)` fills the extra slot (e.g. ema.init_extra); default: empty.
+  """
   init_rng, state_rng = jax.random.split(rng)
   params = objective.init(init_rng, image_shape)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    opt_state=tx.init(params), rng=state_rng)
+                    opt_state=tx.init(params), rng=state_rng,
+                    extra=init_extra(params) if init_extra else {})
 
 
 def make_train_step(objective: objectives.Objective, tx: optax.GradientTransformation,
                     accum_steps: int = 1,
-                    schedule: Optional[Callable[[Any], Any]] = None) -> Callable:
+                    schedule: Optional[Callable[[Any], Any]] = None,
+                    update_extra: Optional[ExtraUpdate] = None) -> Callable:
   """Returns step(state, batch) -> (state, metrics) with gradient accumulation.
 
   With accum_steps > 1 the batch is split into micro-batches whose gradients
   are averaged, which equals one step on the whole batch. Micro-batch j takes
   rows j, j + accum, ... so that each micro-batch stays spread over all devices.
   Metrics: train_loss, grad_norm, learning_rate (with a schedule) and the
-  objective's own metrics.
+  objective's own metrics. `update_extra(extra, new params, step)` runs after the
+  optimizer update (e.g. ema.make_update).
   """
   accum = accum_steps
   grad_fn = jax.value_and_grad(objective.loss, has_aux=True)
@@ -67,8 +83,11 @@ def make_train_step(objective: objectives.Objective, tx: optax.GradientTransform
     metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads), **extra}
     if schedule is not None:
       metrics['learning_rate'] = schedule(state.step)
+    extra = state.extra
+    if update_extra is not None:
+      extra = update_extra(extra, params, state.step + 1)
     new_state = state.replace(step=state.step + 1, params=params,
-                              opt_state=opt_state)
+                              opt_state=opt_state, extra=extra)
     return new_state, metrics
 
   return step

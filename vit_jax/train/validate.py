@@ -23,6 +23,7 @@ from vit_jax.models import formats
 from vit_jax.models import from_config
 from vit_jax.models import mae
 from vit_jax.models import masking
+from vit_jax.train import ema
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
@@ -108,6 +109,7 @@ def validate(config: ml_collections.ConfigDict,
     raise ValueError(f'config.peak_tflops={config.peak_tflops} must be >= 0 '
                      '(0 = measured on GPU, datasheet on TPU).')
   schedules.check(config)
+  ema.check(config)
   optimizers.make(config, schedules.make(config))  # name, options, decay, clipping
   objectives.check(config)
   # The start checkpoint before the dataset: preparing a dataset may download for
