@@ -584,6 +584,9 @@ class TimmLibraryTest(_LibraryTest):
         'gap': lambda: timm.models.vision_transformer.VisionTransformer(
             patch_size=8, class_token=False, global_pool='avg', fc_norm=False,
             **common),
+        'fc_norm': lambda: timm.models.vision_transformer.VisionTransformer(
+            patch_size=8, class_token=False, global_pool='avg', fc_norm=True,
+            **common),
         'hybrid': lambda: timm.models.vision_transformer.VisionTransformer(
             patch_size=1, embed_layer=functools.partial(HybridEmbed,
                                                         backbone=backbone),

@@ -5,7 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax.models import formats
+from vit_jax.models import vit
 
 # Parameter counts of the published 1000-class models at 224px (as listed by
 # timm and the papers), an independent check on the trees.
@@ -254,6 +257,69 @@ class ErrorTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "attention implementation 'flash'"):
       model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)))
 
+
+
+class FcNormTest(absltest.TestCase):
+  """config.model.fc_norm: the LayerNorm after pooling (timm fc_norm, MAE fine-tuning)."""
+
+  def setUp(self):
+    super().setUp()
+    self.model = models.get_model('testing', num_classes=3, patches={'size': (4, 4)},
+                                  classifier='gap', fc_norm=True)
+    rng = np.random.default_rng(0)
+    self.params = jax.tree.map(  # perturbed: zero heads and unit norms hide mistakes
+        lambda x: x + rng.normal(0, 0.5, x.shape).astype(np.float32),
+        self.model.init(jax.random.PRNGKey(0), jnp.zeros((1, 16, 16, 3)))['params'])
+    self.images = rng.uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+
+  def _logits(self, model, params):
+    return np.asarray(model.apply({'params': params}, self.images))
+
+  def test_tree_and_forward(self):
+    self.assertIn('fc_norm', self.params)
+    self.assertNotIn('encoder_norm', self.params['Transformer'])
+    tokens = vit.encoder(self.model).apply({'params': self.params['Transformer']},
+                                           vit.patch_embedding(self.model).apply(
+                                               {'params': self.params['embedding']},
+                                               self.images).reshape(2, 16, 10),
+                                           train=False)
+    pooled = tokens.mean(axis=1)
+    mean, var = pooled.mean(-1, keepdims=True), pooled.var(-1, keepdims=True)
+    normed = ((pooled - mean) / np.sqrt(var + 1e-6) * self.params['fc_norm']['scale'] +
+              self.params['fc_norm']['bias'])
+    want = normed @ self.params['head']['kernel'] + self.params['head']['bias']
+    np.testing.assert_allclose(self._logits(self.model, self.params), want, rtol=1e-5,
+                               atol=1e-5)
+    with self.assertRaisesRegex(ValueError, 'fc_norm normalises the pooled token'):
+      self.model.clone(classifier='unpooled').init(jax.random.PRNGKey(0),
+                                                   jnp.zeros((1, 16, 16, 3)))
+
+  def test_formats_read_it_off_the_tree(self):
+    directory = self.create_tempdir().full_path
+    want = self._logits(self.model, self.params)
+    for name in ('m.npz', 'm.safetensors'):
+      path = f'{directory}/{name}'
+      formats.write(self.params, path)
+      ckpt = formats.read(path, num_heads=2)
+      self.assertTrue(ckpt.get_model().fc_norm, name)
+      np.testing.assert_allclose(self._logits(ckpt.get_model(), ckpt.params), want,
+                                 rtol=1e-5, atol=1e-6)
+    with self.assertRaisesRegex(ValueError, 'normalises after pooling .*write the timm'):
+      formats.write(self.params, f'{directory}/hf', to_format='hf')
+
+  def test_an_mae_encoder_fine_tunes_with_a_fresh_fc_norm(self):
+    encoder = models.get_model('testing', num_classes=0, patches={'size': (4, 4)},
+                               classifier='gap')
+    path = self.create_tempfile('mae.npz').full_path
+    checkpoint.save(encoder.init(jax.random.PRNGKey(1),
+                                 jnp.zeros((1, 16, 16, 3)))['params'], path)
+    config = models.get_model_config('testing')
+    config.update({'patches': {'size': (4, 4)}, 'classifier': 'gap', 'fc_norm': True})
+    restored = checkpoint.load_pretrained(pretrained_path=path,
+                                          init_params=self.params, model_config=config)
+    np.testing.assert_array_equal(restored['fc_norm']['scale'],
+                                  self.params['fc_norm']['scale'])  # kept from init
+    self.assertNotIn('encoder_norm', restored['Transformer'])
 
 if __name__ == '__main__':
   absltest.main()

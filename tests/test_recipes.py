@@ -129,7 +129,8 @@ EXPECTED.update({
         # 100 and 5 epochs of 1,281,167 images at batch 1024.
         'total_steps': 125_113, 'warmup_steps': 6_255,
         'model.stochastic_depth': 0.1, 'model.dropout_rate': 0.0,
-        'model.classifier': 'gap', 'model.representation_size': 0, 'pp.repeats': 1},
+        'model.classifier': 'gap', 'model.fc_norm': True, 'model.representation_size': 0,
+        'pp.repeats': 1},
     'augreg_pretrain.py:b16,imagenet21k,light2,reg=0.1': {
         **AUGREG_PRETRAIN, 'model_name': 'ViT-B_16', 'dataset': 'imagenet21k',
         'pp.train': 'pretrain|randaug(2, 10)', 'pp.mixup': 0.2,

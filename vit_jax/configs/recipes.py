@@ -418,7 +418,10 @@ def apply_mae_finetune(c: ml_collections.ConfigDict, dataset: str) -> None:
   c.layer_decay = MAE_FT_LAYER_DECAY
   c.pp.repeats = 1  # MAE fine-tunes without repeated augmentation
   _apply_epochs(c, dataset, MAE_FT_EPOCHS, MAE_FT_WARMUP_EPOCHS)
+  # Average pooling, then fc_norm: the pre-trained encoder_norm is left out, fc_norm starts
+  # fresh (MAE's global_pool=True).
   c.model.classifier = 'gap'
+  c.model.fc_norm = True
 
 
 # AugReg ("How to train your ViT?", Steiner et al. 2021; big_vision configs/vit_i1k.py and

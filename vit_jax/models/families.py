@@ -57,6 +57,9 @@ class Family:
       default_factory=dict)
   # The classifier head first, then layers a fine-tuning head may replace (pre-logits).
   head_keys: tuple[str, ...] = ('head', 'pre_logits')
+  # Where the last norm may sit: a checkpoint with one fine-tunes a model with another,
+  # the model's own starting fresh (ViT: on the tokens, or after pooling as fc_norm).
+  final_norm_keys: tuple[str, ...] = ()
   # Depth of a parameter (its key path) for layer-wise learning-rate decay: 0 for the
   # embeddings, i + 1 for block i, None for what sits on top of the blocks (final norm,
   # pre-logits, head). None here: the family has no such layers (layer_decay is refused).

@@ -122,8 +122,14 @@ def load_pretrained(*,
   posemb_key = '/'.join(family.posemb_path or ())
   head_prefixes = tuple(k + '/' for k in family.head_keys)
 
+  norm_prefixes = tuple(k + '/' for k in family.final_norm_keys)
+  where = lambda keys: {p for p in norm_prefixes  # noqa: E731
+                        if any(k.startswith(p) for k in keys)}
+  # The final norm moved (encoder_norm <-> fc_norm): the model's starts fresh, as a head.
+  norm_moved = bool(where(restored)) and bool(where(init)) and where(restored) != where(init)
+
   def is_head(key: str) -> bool:
-    return key.startswith(head_prefixes)
+    return key.startswith(head_prefixes) or (norm_moved and key.startswith(norm_prefixes))
 
   unexpected = [k for k in restored if k not in init]
   missing = [k for k in init if k not in restored]

@@ -176,6 +176,7 @@ class Encoder(nn.Module):
   remat: Any = False
   scan_layers: bool = False
   stochastic_depth: float = 0.0
+  final_norm: bool = True  # False: the model normalises after pooling (fc_norm)
 
   def _block_kwargs(self, train: bool, valid: Optional[int]) -> dict:
     return dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
@@ -214,7 +215,8 @@ class Encoder(nn.Module):
       for i, rate in enumerate(rates):
         x = block_cls(stochastic_depth=rate, name=f'encoderblock_{i}',
                       **self._block_kwargs(train, valid))(x)
-    x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+    if self.final_norm:
+      x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
     return x[:, :tokens]
 
   def _scan_blocks(self, x: jax.Array, rates: list, policy: str,
@@ -265,12 +267,18 @@ class VisionTransformer(nn.Module):
   # 'conv' measured 14% faster than 'matmul' for ViT-B/16 training on an H100.
   patch_embedding: str = 'conv'
   stochastic_depth: float = 0.0
+  # LayerNorm after pooling instead of on every token before it: timm's fc_norm,
+  # the head of MAE / BEiT fine-tuning (params['fc_norm'], no encoder_norm).
+  fc_norm: bool = False
 
   @nn.compact
   def __call__(self, inputs: jax.Array, *, train: bool = False) -> jax.Array:
     if self.classifier not in CLASSIFIERS:
       raise ValueError(f'Unknown classifier {self.classifier!r}; use one of '
                        f'{CLASSIFIERS}.')
+    if self.fc_norm and self.classifier not in ('token', 'gap'):
+      raise ValueError(f'fc_norm normalises the pooled token; classifier '
+                       f'{self.classifier!r} pools none: use token or gap.')
     if inputs.ndim != 4:
       raise ValueError(f'Expected NHWC images, got shape {inputs.shape}.')
     x = inputs.astype(self.dtype)
@@ -292,6 +300,8 @@ class VisionTransformer(nn.Module):
       x = x[:, 0]
     elif self.classifier == 'gap':
       x = jnp.mean(x, axis=1)
+    if self.fc_norm:
+      x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='fc_norm')(x)
     if self.representation_size:
       x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype,
                            name='pre_logits')(x))
@@ -317,7 +327,8 @@ def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
   kwargs = dict(dtype=model.dtype, attention=model.attention,
                 attention_pad_multiple=model.attention_pad_multiple,
                 remat=model.remat, scan_layers=model.scan_layers,
-                stochastic_depth=model.stochastic_depth, **dict(model.transformer))
+                stochastic_depth=model.stochastic_depth,
+                final_norm=not getattr(model, 'fc_norm', False), **dict(model.transformer))
   kwargs.update(overrides)
   return Encoder(**kwargs)
 
@@ -412,7 +423,8 @@ def _patch_tokens(model: nn.Module, params: Mapping[str, Any]) -> Optional[int]:
 
 def _fields_from_params(params: Mapping[str, Any]) -> dict:
   kernel = families.get_path(params, ('pre_logits', 'kernel'))
-  return {'representation_size': None if kernel is None else int(kernel.shape[-1])}
+  return {'representation_size': None if kernel is None else int(kernel.shape[-1]),
+          'fc_norm': 'fc_norm' in params}
 
 
 def _rgb_filters(model: nn.Module, params: Mapping[str, Any]) -> Any:
@@ -422,7 +434,7 @@ def _rgb_filters(model: nn.Module, params: Mapping[str, Any]) -> Any:
 
 def _layer_of(path: tuple[str, ...]) -> Optional[int]:
   """0: patch/ResNet embedding, class token, position embedding; i + 1: encoderblock_i."""
-  if path[0] in ('head', 'pre_logits'):
+  if path[0] in ('head', 'pre_logits', 'fc_norm'):
     return None
   if path[0] != 'Transformer':
     return 0
@@ -441,7 +453,7 @@ FAMILY = families.Family(
         'dropout_rate': families.KEEP, 'dtype': 'auto', 'attention': 'auto',
         'attention_pad_multiple': 8, 'remat': 'none', 'scan_layers': False,
         'patch_embedding': 'conv', 'stochastic_depth': 0.0,
-        'head_bias_init': 0.0},
+        'head_bias_init': 0.0, 'fc_norm': False},
     forward_flops=forward_flops,
     width=lambda c: c['hidden_size'],
     patch_tokens=_patch_tokens,
@@ -453,6 +465,7 @@ FAMILY = families.Family(
     rgb_filters=_rgb_filters,
     attention_fields={'attention': 'xla', 'remat': False, 'scan_layers': False},
     layer_of=_layer_of,
+    final_norm_keys=('Transformer/encoder_norm', 'fc_norm'),
     # Pre-Linen numbering inside encoder blocks, as the original loader and timm read it.
     npz_renames={r'^encoderblock_\d+$': {
         'LayerNorm_0': 'LayerNorm_0',

@@ -372,6 +372,7 @@ def architecture(params: Mapping[str, Any], source: str = 'Parameters'
                               (None, None))[1],
       'num_classes': (_shape(params, 'head', 'kernel') or (None, 0))[1],
       'resnet': None,
+      'fc_norm': 'fc_norm' in params,
   }
   if 'conv_root' in params:
     root = _shape(params, 'conv_root', 'kernel')
@@ -468,6 +469,8 @@ def _as_checkpoint(params: Params, arch: dict, model: Optional[str], fmt: str,
   free = {'num_classes': arch['num_classes']}
   if 'num_blocks' not in arch:
     free['representation_size'] = arch['representation_size']
+  if arch.get('fc_norm'):  # the head's norm, which no preset has
+    free['fc_norm'] = True
   if model is not None:
     preset = _resolve_model(model)
     _check_fit(path, preset, arch)

@@ -244,6 +244,10 @@ def from_params(params: Mapping[str, Any], source: str
     raise ValueError(f'Checkpoint {source} is a ResNet hybrid, which transformers '
                      'ViT (ViTModel / ViTForImageClassification) cannot hold; '
                      'write the timm format instead.')
+  if 'fc_norm' in params:
+    raise ValueError(f'Checkpoint {source} normalises after pooling (fc_norm), which '
+                     'transformers ViT cannot do (its layernorm precedes the pooler); '
+                     'write the timm format instead.')
   if 'cls' not in params:
     raise ValueError(f'Checkpoint {source} pools by averaging (no class token), '
                      'which transformers ViT cannot do (it reads the class '

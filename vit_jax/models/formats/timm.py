@@ -38,8 +38,6 @@ TIMM_PRESETS = {
 
 # timm features the vit_jax ViT has no counterpart for: key pattern -> what.
 _UNSUPPORTED = (
-    (r'(^|\.)fc_norm\.', 'a LayerNorm after average pooling (fc_norm); vit_jax '
-     "'gap' models normalise the tokens before pooling (timm fc_norm=False)"),
     (r'(^|\.)reg_token$', 'register tokens'),
     (r'\.ls[12]\.', 'layer scale (init_values)'),
     (r'\.(q_norm|k_norm)\.', 'query/key normalisation (qk_norm)'),
@@ -187,12 +185,16 @@ def to_params(state: Mapping[str, np.ndarray], num_heads: int,
                         'bias': r.pop(b + 'mlp.fc2.bias', (width,))},
         },
     }
-  if not r.has('norm.weight') and not r.has('fc_norm.weight'):
-    raise ValueError(f'Checkpoint {source} has no final norm (norm.weight); '
-                     'vit_jax ViTs always end with one (timm final_norm=True).')
+  if r.has('norm.weight') == r.has('fc_norm.weight'):
+    raise ValueError(f'Checkpoint {source} has {"both" if r.has("norm.weight") else "neither"} '
+                     'a final norm (norm.weight) and a norm after pooling (fc_norm.weight); '
+                     'vit_jax ViTs have exactly one of them.')
   if r.has('norm.weight'):
     encoder['encoder_norm'] = {'scale': r.pop('norm.weight', (width,)),
                                'bias': r.pop('norm.bias', (width,))}
+  else:  # timm fc_norm=True (MAE / BEiT fine-tuning): the norm follows the pooling
+    out['fc_norm'] = {'scale': r.pop('fc_norm.weight', (width,)),
+                      'bias': r.pop('fc_norm.bias', (width,))}
   out['Transformer'] = encoder
   features = width
   if r.has('pre_logits.fc.weight'):
@@ -276,8 +278,9 @@ def from_params(params: Mapping[str, Any], source: str) -> dict[str, np.ndarray]
       out[f'{b}mlp.fc{n + 1}.weight'] = _dense_t(g(blk, 'MlpBlock_0', f'Dense_{n}', 'kernel'))
       out[f'{b}mlp.fc{n + 1}.bias'] = g(blk, 'MlpBlock_0', f'Dense_{n}', 'bias')
     i += 1
-  out['norm.weight'] = g(enc, 'encoder_norm', 'scale')
-  out['norm.bias'] = g(enc, 'encoder_norm', 'bias')
+  norm, tree = ('fc_norm', params) if 'fc_norm' in params else ('norm', enc)
+  out[f'{norm}.weight'] = g(tree, 'fc_norm' if norm == 'fc_norm' else 'encoder_norm', 'scale')
+  out[f'{norm}.bias'] = g(tree, 'fc_norm' if norm == 'fc_norm' else 'encoder_norm', 'bias')
   if 'head' in params:
     out['head.weight'] = _dense_t(g(params, 'head', 'kernel'))
     out['head.bias'] = g(params, 'head', 'bias')
