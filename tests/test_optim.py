@@ -214,11 +214,22 @@ class LayerDecayTest(absltest.TestCase):
                      'block 2 x0.5, head and final norm x1')
 
   def test_a_run_with_layer_decay_trains_and_logs_its_groups(self):
-    config = test_train.tiny_config(layer_decay=0.7, checkpoint_every=0)
+    # Under FSDP on 2 devices, against the same run on one device.
+    config = test_train.tiny_config(layer_decay=0.7, checkpoint_every=0, sharding='fsdp',
+                                    fsdp_min_size=1)
+    config.mesh = {'data': 1, 'fsdp': 2}
+    sharded = self.create_tempdir().full_path
     with self.assertLogs(level='INFO') as logs:
-      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+      loop.train_and_evaluate(config, sharded, devices=jax.devices()[:2])
     self.assertTrue(any('Layer-wise lr decay 0.7: embeddings x0.' in line
                         for line in logs.output))
+    self.assertTrue(any("mesh {'data': 1, 'fsdp': 2}" in line for line in logs.output))
+    config.mesh = {'data': 1, 'fsdp': 1}
+    single = self.create_tempdir().full_path
+    loop.train_and_evaluate(config, single, devices=jax.devices()[:1])
+    for a, b in zip(jax.tree.leaves(test_train.final_params(sharded)),
+                    jax.tree.leaves(test_train.final_params(single))):
+      np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
 
   def _updates(self, optimizer, layer_decay_value, **kw):
     c = _config(model_name='testing', optimizer=optimizer, base_lr=0.1, warmup_steps=0,
