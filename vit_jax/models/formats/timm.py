@@ -278,9 +278,11 @@ def from_params(params: Mapping[str, Any], source: str) -> dict[str, np.ndarray]
       out[f'{b}mlp.fc{n + 1}.weight'] = _dense_t(g(blk, 'MlpBlock_0', f'Dense_{n}', 'kernel'))
       out[f'{b}mlp.fc{n + 1}.bias'] = g(blk, 'MlpBlock_0', f'Dense_{n}', 'bias')
     i += 1
-  norm, tree = ('fc_norm', params) if 'fc_norm' in params else ('norm', enc)
-  out[f'{norm}.weight'] = g(tree, 'fc_norm' if norm == 'fc_norm' else 'encoder_norm', 'scale')
-  out[f'{norm}.bias'] = g(tree, 'fc_norm' if norm == 'fc_norm' else 'encoder_norm', 'bias')
+  # The final norm on the tokens (norm), or after pooling (fc_norm=True).
+  name, tree, key = (('fc_norm', params, 'fc_norm') if 'fc_norm' in params else
+                     ('norm', enc, 'encoder_norm'))
+  out[f'{name}.weight'] = g(tree, key, 'scale')
+  out[f'{name}.bias'] = g(tree, key, 'bias')
   if 'head' in params:
     out['head.weight'] = _dense_t(g(params, 'head', 'kernel'))
     out['head.bias'] = g(params, 'head', 'bias')
