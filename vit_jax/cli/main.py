@@ -1,6 +1,7 @@
 """The training command: python -m vit_jax.main --config=configs/FILE.py[:ARGS] --workdir=DIR."""
 import logging as std_logging
 import re
+import shlex
 import sys
 
 from absl import app
@@ -47,14 +48,25 @@ def main(argv) -> None:
   try:
     final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except preemption.Preempted as e:
-    logging.warning('%s', e)
-    sys.exit(preemption.PREEMPTED_EXIT_CODE)
+    what = 'interrupted' if e.exit_code == preemption.INTERRUPTED_EXIT_CODE else 'preempted'
+    print(f'vit_jax: {what} at step {e.step}: checkpoint saved in {e.directory}; '
+          f'resume with: {resume_command(sys.argv)}', file=sys.stderr)
+    sys.exit(e.exit_code)
+  except KeyboardInterrupt:  # a second Ctrl-C, or one before the first step
+    print('vit_jax: aborted (Ctrl-C); the newest checkpoint in --workdir, if any, is '
+          'where the same command resumes.', file=sys.stderr)
+    sys.exit(preemption.INTERRUPTED_EXIT_CODE)
   except (ValueError, OSError, loop.NonFiniteError) as e:
     if _DEBUG.value:
       raise
     print(f'vit_jax: error: {e}', file=sys.stderr)
     sys.exit(2)
   logging.info('Done: %s', final)
+
+
+def resume_command(argv: list[str]) -> str:
+  """The command line that resumes this run: the same one, as `python -m vit_jax.main`."""
+  return shlex.join(['python', '-m', 'vit_jax.main', *argv[1:]])
 
 
 def _one_line(text: str) -> str:

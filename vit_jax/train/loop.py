@@ -8,6 +8,7 @@ cadence, logs, evaluates (config.evals), checkpoints, and at the end exports par
 import contextlib
 import logging
 import os
+import signal
 import time
 from typing import Any, Optional
 
@@ -82,7 +83,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   monitor = _Monitor(config, objective, writer, ckpt)
   _log_start(config, info, mesh, state, start)
   final = {}
-  with preemption.SignalFlag() as sigterm:
+  with preemption.SignalFlag() as stop:
     batches = pipeline.make_train_iterator(config, mesh, start_step=start)
     for step in range(start + 1, config.total_steps + 1):
       state, metrics = step_fn(state, next(batches))
@@ -94,7 +95,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
           for e in due:
             final.update(_evaluate(e, objective.model_params(state.params), step,
                                    writer))
-      preempted = sigterm.raised or ckpt.reached_preemption(step)
+      preempted = stop.raised or ckpt.reached_preemption(step)
       if is_last or preempted or (config.checkpoint_every and
                                   step % config.checkpoint_every == 0):
         with monitor.paused(state):
@@ -103,9 +104,8 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
       if preempted:
         ckpt.close()
         writer.flush()
-        raise preemption.Preempted(
-            f'Preempted at step {step}: checkpoint saved in {ckpt.directory}; run '
-            'the same command again to resume.')
+        raise preemption.Preempted(step, ckpt.directory,
+                                   stop.signum or signal.SIGTERM)
   ckpt.close()
   _export(objective.model_params(state.params), workdir, PARAMS_FILE)
   extra = objectives.auxiliary_params(objective, state.params)
