@@ -7,7 +7,7 @@ from absl.testing import absltest
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        'vit_jax')
 # Stages in data-flow order: each may import only itself and the ones before it.
-STAGES = ('fileio', 'models', 'parallel', 'data', 'configs', 'inference', 'serving',
+STAGES = ('errors', 'fileio', 'models', 'parallel', 'data', 'configs', 'inference', 'serving',
           'evaluators', 'train', 'perf', 'cli')
 # vit_jax.checkpoint is the public face of the models stage's checkpoint formats.
 ALIASES = {'checkpoint': 'models'}

@@ -4,8 +4,17 @@ import re
 import signal
 import subprocess
 import sys
+from unittest import mock
 
 from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+
+from tests import test_train
+from vit_jax import checkpoint
+from vit_jax import models
+from vit_jax.train import loop
+from vit_jax.train import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_CONFIG = os.path.join(REPO, 'tests', 'tiny_train_config.py')
@@ -66,6 +75,84 @@ class CtrlCTest(absltest.TestCase):
     self.assertEqual(rc, 130, err[-3000:])
     self.assertIn(f'Resuming from {workdir}/checkpoints/{saved}.', err)
     self.assertEqual(first, saved + 1, err[-3000:])
+
+
+def _tree(path):
+  """Every file under path with its bytes: what 'nothing changed' compares."""
+  out = {}
+  for root, dirs, files in os.walk(path):
+    for name in dirs + files:
+      full = os.path.join(root, name)
+      out[os.path.relpath(full, path)] = (
+          open(full, 'rb').read() if os.path.isfile(full) else None)
+  return out
+
+
+def _events_files(workdir):
+  return [f for f in os.listdir(workdir) if f.startswith('events.out.tfevents')]
+
+
+class FinishedRunTest(absltest.TestCase):
+
+  def test_rerun_of_a_finished_run_says_so_and_writes_nothing(self):
+    workdir = self.create_tempdir().full_path
+    first = loop.train_and_evaluate(test_train.tiny_config(), workdir)
+    before = _tree(workdir)
+    with self.assertLogs(level='INFO') as logs:
+      again = loop.train_and_evaluate(test_train.tiny_config(), workdir)
+    self.assertEqual(again['accuracy_test'], first['accuracy_test'])
+    self.assertEqual(again['step'], 8)
+    # The last step's train metrics come along from metrics.jsonl.
+    last = [r for r in writers.read_metrics(workdir) if r['step'] == 8]
+    self.assertEqual(again['train_loss'], last[0]['train_loss'])
+    said = '\n'.join(logs.output)
+    self.assertIn(f'{workdir} holds a finished run (step 8 of 8', said)
+    self.assertIn(f"accuracy_test {first['accuracy_test']:.4f}", said)
+    self.assertLen(_events_files(workdir), 1)
+    self.assertEqual(_tree(workdir), before)
+
+
+class FailedStartTest(absltest.TestCase):
+  """A run that fails before its first step leaves the disk as it found it."""
+
+  def setUp(self):
+    super().setUp()
+    # A checkpoint of another width: it fails only once the state is built.
+    model = models.get_model('testing', num_classes=10, hidden_size=24,
+                             patches={'size': (7, 7)})
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 3)))['params']
+    self.misfit = os.path.join(self.create_tempdir().full_path, 'misfit.npz')
+    checkpoint.save(params, self.misfit)
+
+  def test_new_workdir_is_removed(self):
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    with self.assertRaisesRegex(ValueError, 'misfit.npz'):
+      loop.train_and_evaluate(test_train.tiny_config(pretrained_path=self.misfit),
+                              workdir)
+    self.assertFalse(os.path.exists(workdir))
+
+  def test_existing_workdir_is_left_unchanged(self):
+    workdir = self.create_tempdir().full_path
+    with open(os.path.join(workdir, 'notes.txt'), 'w') as f:
+      f.write('mine')
+    before = _tree(workdir)
+    with self.assertRaisesRegex(ValueError, 'misfit.npz'):
+      loop.train_and_evaluate(test_train.tiny_config(pretrained_path=self.misfit),
+                              workdir)
+    self.assertEqual(_tree(workdir), before)
+
+  def test_resume_whose_data_fails_leaves_the_run_unchanged(self):
+    workdir = self.create_tempdir().full_path
+    loop.train_and_evaluate(test_train.tiny_config(total_steps=4), workdir)
+    before = _tree(workdir)
+    # A resume with a changed (allowed) config whose dataset cannot be read: the
+    # changed config must not be recorded, nor a new events file left.
+    c = test_train.tiny_config(total_steps=8, allow_config_change=True)
+    failing = mock.patch.object(loop.pipeline, 'make_train_iterator',
+                                side_effect=OSError('Could not prepare mnist5k'))
+    with failing, self.assertRaisesRegex(OSError, 'Could not prepare'):
+      loop.train_and_evaluate(c, workdir)
+    self.assertEqual(_tree(workdir), before)
 
 
 if __name__ == '__main__':
