@@ -4,6 +4,8 @@ import os
 
 from absl.testing import absltest
 
+from vit_jax import errors
+
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        'vit_jax')
 # Stages in data-flow order: each may import only itself and the ones before it.
@@ -96,6 +98,17 @@ class LayoutTest(absltest.TestCase):
     for m in graph:
       if m not in state:
         visit(m, [m])
+
+
+class FirstLineTest(absltest.TestCase):
+  """vit_jax.errors.first_line: what every one-line error quotes of its cause."""
+
+  def test_first_line_of_a_message_type_name_when_empty_and_the_limit(self):
+    self.assertEqual(errors.first_line(OSError('  disk full\n  at line 3\n')), 'disk full')
+    self.assertEqual(errors.first_line(KeyError()), 'KeyError')
+    self.assertEqual(errors.first_line(ValueError('x' * 300)), 'x' * 200)
+    self.assertEqual(errors.first_line(ValueError('x' * 300), None), 'x' * 300)
+    self.assertEqual(errors.first_line('one\ntwo', 2), 'on')
 
 
 if __name__ == '__main__':

@@ -10,6 +10,7 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
+from vit_jax import errors
 from vit_jax.cli import common
 from vit_jax.parallel import distributed
 from vit_jax.train import loop
@@ -78,8 +79,8 @@ def _one_line(text: str) -> str:
   missing = re.search(r"No such file or directory: '([^']+)'", text)
   if missing:
     return f'config file {missing.group(1)!r} does not exist.'
-  errors = re.findall(r'\b[A-Z]\w*Error: (.+)', text)
-  return errors[-1].strip() if errors else text.strip().splitlines()[0]
+  found = re.findall(r'\b[A-Z]\w*Error: (.+)', text)
+  return found[-1].strip() if found else errors.first_line(text, None)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
+from vit_jax import errors
 from vit_jax.data import preprocess
 
 
@@ -86,9 +87,8 @@ def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
           'serving_default': serve, 'tflite': serve_one,
           'predict_preprocessed': predict_preprocessed})
     except (ValueError, TypeError, NotImplementedError, tf.errors.OpError) as e:
-      text = str(e).strip().splitlines()
       raise ValueError('jax2tf cannot convert this model to a SavedModel: '
-                       f'{type(e).__name__}: {text[0] if text else ""}') from None
+                       f'{type(e).__name__}: {errors.first_line(e, None)}') from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)

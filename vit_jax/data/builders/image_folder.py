@@ -37,6 +37,8 @@ from etils import epath
 from PIL import Image
 import tensorflow_datasets as tfds
 
+from vit_jax import errors
+
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 _LOGGED_SKIPS = 10
 
@@ -144,7 +146,7 @@ def _examples(folder: str, classes: dict[str, list[str]], class_names, skipped: 
   if not yielded and first_problem:
     raise UnreadableFolderError(
         f'No readable image in {folder}: all {len(skipped) - skipped_before} files are '
-        f'unreadable (first: {first_problem.splitlines()[0][:200]}); replace them with '
+        f'unreadable (first: {errors.first_line(first_problem)}); replace them with '
         'valid JPEG or PNG files.')
   if len(skipped) > skipped_before:
     logging.warning('%s: skipped %d unreadable image(s)', folder,
