@@ -11,8 +11,12 @@ import jax
 import jax.numpy as jnp
 
 from tests import test_train
+from tests import tiny_trained
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax.inference import load
+from vit_jax.models import formats
+from vit_jax.models import from_config
 from vit_jax.train import loop
 from vit_jax.train import writers
 
@@ -153,6 +157,70 @@ class FailedStartTest(absltest.TestCase):
     with failing, self.assertRaisesRegex(OSError, 'Could not prepare'):
       loop.train_and_evaluate(c, workdir)
     self.assertEqual(_tree(workdir), before)
+
+
+class HomeTest(absltest.TestCase):
+  """`~` in --workdir and the config's paths is the home directory, not a folder named ~."""
+
+  def test_tilde_in_workdir_pretrained_path_and_data_dir(self):
+    home = self.create_tempdir().full_path
+    cwd = self.create_tempdir().full_path
+    params = from_config.build(test_train.tiny_config(), 10).init(
+        jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 3)))['params']
+    checkpoint.save(params, os.path.join(home, 'init.npz'))
+    out = subprocess.run(
+        _main_args('~/run', '--config.pretrained_path=~/init.npz',
+                   '--config.data_dir=~/tfds', '--config.total_steps=3',
+                   '--config.checkpoint_every=0'),
+        cwd=cwd, env=_env(HOME=home), capture_output=True, text=True, timeout=300)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn(f'Initialised parameters from {home}/init.npz', out.stderr)
+    self.assertTrue(os.path.exists(os.path.join(home, 'run', 'params.npz')))
+    self.assertTrue(os.path.isdir(os.path.join(home, 'tfds')))
+    self.assertEmpty(os.listdir(cwd))  # no directory literally named '~'
+
+
+class WorkdirAsCheckpointTest(absltest.TestCase):
+  """--checkpoint=WORKDIR reads WORKDIR/params.npz with its config.json."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.params_path, cls.data_dir, _ = tiny_trained.trained()
+    cls.workdir = os.path.dirname(cls.params_path)
+
+  def test_resolves_to_params_npz_and_loads_the_same_model(self):
+    self.assertEqual(load.resolve_checkpoint(self.workdir), self.params_path)
+    self.assertEqual(load.resolve_checkpoint(self.workdir + '/'), self.params_path)
+    from_dir = load.load_model(None, self.workdir)
+    from_file = load.load_model(None, self.params_path)
+    self.assertEqual((from_dir.name, from_dir.resolution, from_dir.num_classes),
+                     (from_file.name, from_file.resolution, from_file.num_classes))
+    out = os.path.join(self.create_tempdir().full_path, 'copy.npz')
+    formats.convert(load.resolve_checkpoint(self.workdir), out)
+    self.assertEqual(jax.tree.structure(checkpoint.load(out)),
+                     jax.tree.structure(from_file.params))
+
+  def test_unfinished_workdir_is_one_line(self):
+    workdir = self.create_tempdir().full_path
+    os.mkdir(os.path.join(workdir, 'checkpoints'))
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      f.write('{}')
+    with self.assertRaisesRegex(ValueError, 'without params.npz: its run has not '
+                                'finished'):
+      load.resolve_checkpoint(workdir)
+
+  def test_predict_cli_with_the_workdir_under_tilde(self):
+    image = os.path.join(REPO, 'docs', 'images', 'examples', 'digit_7.png')
+    home, name = os.path.split(self.workdir)
+    out = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.predict', f'--checkpoint=~/{name}',
+         f'--data_dir={self.data_dir}', image],
+        cwd=REPO, env=_env(HOME=home), capture_output=True, text=True, timeout=300)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    lines = out.stdout.splitlines()
+    self.assertEqual(lines[0], image)
+    self.assertRegex(lines[1], r'^ +\d+\.\d\d%  \d$')  # mnist5k's names: 0..9
 
 
 if __name__ == '__main__':

@@ -11,7 +11,8 @@ def define_checkpoint_flags() -> None:
   flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
                       'config.json beside the checkpoint (a vit_jax workdir).')
   flags.DEFINE_string('checkpoint', None, 'Checkpoint: .npz (local or gs://), '
-                      'timm .safetensors/.pth or a transformers directory.',
+                      'timm .safetensors/.pth, a transformers directory or a vit_jax '
+                      'work directory (its params.npz).',
                       required=True)
   flags.DEFINE_integer('num_heads', None, 'Attention heads of a timm state dict '
                        'whose size has no preset (a timm file does not record them).')

@@ -59,11 +59,12 @@ def main(argv: Sequence[str]) -> None:
     logging.set_verbosity(logging.WARNING)
   # float32 whatever the training config said: 'auto' is bf16 + cuDNN on a GPU,
   # which would tie the artifact to that GPU and change its numbers.
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
+  checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution,
                            FLAGS.num_heads, dtype='float32')
   usage = serving.export(loaded.model, loaded.params, loaded.resolution,
                          FLAGS.format, FLAGS.output,
-                         pp=workdir_pp(FLAGS.checkpoint))
+                         pp=workdir_pp(checkpoint))
   print(f'Wrote {FLAGS.output} ({FLAGS.format}, {loaded.name}, '
         f'{loaded.resolution}px, {loaded.num_classes} classes). Run: {usage}')
 

@@ -1,5 +1,6 @@
 """The training command: python -m vit_jax.main --config=configs/FILE.py[:ARGS] --workdir=DIR."""
 import logging as std_logging
+import os
 import re
 import shlex
 import sys
@@ -46,8 +47,10 @@ def main(argv) -> None:
   logging.get_absl_handler().addFilter(_QuietLibraries())
   # Only process 0 reports progress; the others speak up for warnings and errors.
   logging.set_verbosity(logging.INFO if jax.process_index() == 0 else logging.WARNING)
+  config = _CONFIG.value
+  expand_home(config)
   try:
-    final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    final = loop.train_and_evaluate(config, os.path.expanduser(_WORKDIR.value))
   except preemption.Preempted as e:
     what = 'interrupted' if e.exit_code == preemption.INTERRUPTED_EXIT_CODE else 'preempted'
     print(f'vit_jax: {what} at step {e.step}: checkpoint saved in {e.directory}; '
@@ -63,6 +66,18 @@ def main(argv) -> None:
     print(f'vit_jax: error: {e}', file=sys.stderr)
     sys.exit(2)
   logging.info('Done: %s', final)
+
+
+# Config keys holding local paths; the shell leaves `~` in `--flag=~/x` to us.
+PATH_KEYS = ('pretrained_path', 'pretrained_dir', 'data_dir', 'manual_dir')
+
+
+def expand_home(config) -> None:
+  """Makes `~` in the config's path keys the home directory, as the shell would."""
+  for key in PATH_KEYS:
+    value = config.get(key)
+    if isinstance(value, str) and value.startswith('~'):
+      config[key] = os.path.expanduser(value)
 
 
 def resume_command(argv: list[str]) -> str:

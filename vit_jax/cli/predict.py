@@ -45,9 +45,9 @@ def main(argv: Sequence[str]) -> None:
   paths = argv[1:]
   if not paths:
     raise app.UsageError('Name at least one image file.')
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
-                           FLAGS.num_heads)
-  labels, names = _class_names(FLAGS.checkpoint, loaded.num_classes)
+  path = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, path, FLAGS.resolution, FLAGS.num_heads)
+  labels, names = _class_names(path, loaded.num_classes)
   activation = FLAGS.activation
   if activation == 'auto':
     activation = 'sigmoid' if labels == 'imagenet21k' else 'softmax'

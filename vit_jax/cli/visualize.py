@@ -26,9 +26,9 @@ def main(argv: Sequence[str]) -> None:
   """Writes the figures of a checkpoint (and of the images named on the command line)."""
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # keep the output to the results
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
-                           FLAGS.num_heads)
-  for path in figures.write_figures(loaded, argv[1:], FLAGS.out, FLAGS.checkpoint):
+  checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution, FLAGS.num_heads)
+  for path in figures.write_figures(loaded, argv[1:], FLAGS.out, checkpoint):
     print(path)
   if not argv[1:]:
     logging.info('No images given: attention figures skipped.')
