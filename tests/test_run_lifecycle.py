@@ -14,6 +14,7 @@ from tests import test_train
 from tests import tiny_trained
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax.configs import original_keys
 from vit_jax.inference import load
 from vit_jax.models import formats
 from vit_jax.models import from_config
@@ -221,6 +222,52 @@ class WorkdirAsCheckpointTest(absltest.TestCase):
     lines = out.stdout.splitlines()
     self.assertEqual(lines[0], image)
     self.assertRegex(lines[1], r'^ +\d+\.\d\d%  \d$')  # mnist5k's names: 0..9
+
+
+class OriginalKeysTest(absltest.TestCase):
+  """The original vision_transformer's config keys: aliases, or one line naming the new key."""
+
+  def _main(self, *extra):
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    out = subprocess.run(_main_args(workdir, *extra), cwd=REPO, env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    self.assertFalse(os.path.exists(workdir))
+    return out
+
+  def test_aliases_are_renamed_and_replaced_keys_refused(self):
+    self.assertEqual(
+        original_keys.translate(['main', '--config.progress_every=5',
+                                 '--config.grad_norm_clip', '0.5',
+                                 '--config.tfds_data_dir=/d', '--config.tfds_manual_dir=/m',
+                                 '--config.batch=8', '--workdir=/w']),
+        ['main', '--config.log_every=5', '--config.grad_clip_norm', '0.5',
+         '--config.data_dir=/d', '--config.manual_dir=/m', '--config.batch=8',
+         '--workdir=/w'])
+    with self.assertRaisesRegex(ValueError, 'use --config.optimizers.sgd.accumulator_dtype'):
+      original_keys.translate(['main', '--config.optim_dtype=bfloat16'])
+
+  def test_cli_replaced_key_is_one_line_naming_the_new_key(self):
+    out = self._main('--config.eval_every=100')
+    self.assertEqual(out.returncode, 2, out.stderr[-3000:])
+    self.assertEqual(out.stderr.strip().splitlines(), [
+        "vit_jax: error: config key 'eval_every' is the original vision_transformer's; "
+        'use --config.evals.test.every (the test split; evals.minival.every for the '
+        'held-out minival).'])
+
+  def test_cli_alias_reaches_the_new_key(self):
+    # A bad value shows which key the alias set, without training.
+    out = self._main('--config.grad_norm_clip=abc')
+    self.assertEqual(out.returncode, 2, out.stderr[-3000:])
+    self.assertEqual(out.stderr.strip().splitlines(), [
+        "vit_jax: error: --config.grad_clip_norm=abc: could not convert string to "
+        "float: 'abc'"])
+
+  def test_cli_unknown_key_without_a_close_match_is_named(self):
+    out = self._main('--config.model.nonsense=1')
+    self.assertEqual(out.returncode, 2, out.stderr[-3000:])
+    self.assertEqual(out.stderr.strip().splitlines(), [
+        "vit_jax: error: unknown config key 'model.nonsense' (configs are locked: "
+        'vit_jax/configs/base.py lists every key).'])
 
 
 if __name__ == '__main__':

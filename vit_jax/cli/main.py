@@ -4,6 +4,7 @@ import os
 import re
 import shlex
 import sys
+from typing import Optional
 
 from absl import app
 from absl import flags
@@ -13,6 +14,7 @@ from ml_collections import config_flags
 
 from vit_jax import errors
 from vit_jax.cli import common
+from vit_jax.configs import original_keys
 from vit_jax.parallel import distributed
 from vit_jax.train import loop
 from vit_jax.train import preemption
@@ -94,12 +96,21 @@ def _one_line(text: str) -> str:
   missing = re.search(r"No such file or directory: '([^']+)'", text)
   if missing:
     return f'config file {missing.group(1)!r} does not exist.'
+  bad_value = re.search(r'IllegalFlagValueError: flag (--\S+: .+)', text)
+  if bad_value:  # names the flag, which the underlying error does not
+    return bad_value.group(1)
   found = re.findall(r'\b[A-Z]\w*Error: (.+)', text)
   return found[-1].strip() if found else errors.first_line(text, None)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
   """Parses flags; a bad --config/--config.KEY becomes one line, not a traceback."""
+  try:
+    argv = original_keys.translate(argv)
+  except ValueError as e:
+    print(f'vit_jax: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  sys.argv = argv  # config_flags finds the --config.KEY overrides in sys.argv itself
   try:
     rest = flags.FLAGS(argv)
     if _CONFIG.value is not None:
@@ -113,9 +124,22 @@ def parse_flags(argv: list[str]) -> list[str]:
       message = (f'config file {syntax.filename} line {syntax.lineno}: '
                  f'{syntax.msg}; fix the Python syntax there.')
     else:
-      message = _one_line('\n'.join(f'{type(x).__name__}: {x}' for x in _chain(e)))
+      text = '\n'.join(f'{type(x).__name__}: {x}' for x in _chain(e))
+      hinted = 'Did you mean' in text  # config_flags found a close key: name it
+      message = (not hinted and _unknown_key(e, argv)) or _one_line(text)
   print(f'vit_jax: error: {message}', file=sys.stderr)
   sys.exit(2)
+
+
+def _unknown_key(e: BaseException, argv: list[str]) -> Optional[str]:
+  """'unknown config key ...' when a --config.KEY override names no key of the config."""
+  missing = {x.args[0] for x in _chain(e) if isinstance(x, KeyError) and x.args}
+  for arg in argv:
+    override = re.match(r'--?config\.([\w.]+)', arg)
+    if override and missing & set(override.group(1).split('.')):
+      return (f'unknown config key {override.group(1)!r} (configs are locked: '
+              'vit_jax/configs/base.py lists every key).')
+  return None
 
 
 def _chain(e: BaseException) -> list[BaseException]:
