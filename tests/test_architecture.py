@@ -14,7 +14,7 @@ STAGES = ('errors', 'fileio', 'models', 'parallel', 'data', 'configs', 'inferenc
 # vit_jax.checkpoint is the public face of the models stage's checkpoint formats.
 ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.
-ENTRY = {'__init__': ('_moved',), '_moved': (), 'main': ('cli',), 'predict': ('cli',),
+ENTRY = {'__init__': (), 'main': ('cli',), 'predict': ('cli',),
          'visualize': ('cli',), 'fewshot': ('cli',), 'convert': ('cli',),
          'export': ('cli',), 'plot': ('cli',)}
 

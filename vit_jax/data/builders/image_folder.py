@@ -13,7 +13,7 @@ Unreadable images are skipped and counted, never fatal: while preparing, each fi
 open with PIL as JPEG or PNG (a JPEG must also end with its end-of-image marker, which
 catches truncated downloads). The first ten skipped files are logged by name, the count per
 split after it, and every skipped path is stored in the prepared dataset's metadata
-(`info.metadata['skipped_files']`; vit_jax.datasets reports the count as `skipped_files`).
+(`info.metadata['skipped_files']`; vit_jax.data.sources reports the count as `skipped_files`).
 
 `imagenet21k`: the ImageNet-21k release (fall11_whole.tar or winter21_whole.tar.gz) from
 local files. Prepare the manual dir as `<manual_dir>/imagenet21k/<wnid>/*.JPEG`, i.e. one
