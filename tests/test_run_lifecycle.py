@@ -9,6 +9,7 @@ from unittest import mock
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tests import test_train
 from tests import tiny_trained
@@ -268,6 +269,16 @@ class OriginalKeysTest(absltest.TestCase):
     self.assertEqual(out.stderr.strip().splitlines(), [
         "vit_jax: error: unknown config key 'model.nonsense' (configs are locked: "
         'vit_jax/configs/base.py lists every key).'])
+
+
+class QuietOutputTest(absltest.TestCase):
+
+  def test_log_lines_print_numpy_numbers_as_plain_numbers(self):
+    # The Done: line and evaluation lines: not 'np.int64(1000)' or 'np.float32(0.5)'.
+    self.assertEqual(
+        writers.format_scalars({'accuracy_test': np.float32(0.5),
+                                'examples_test': np.int64(1000), 'step': 8}),
+        'accuracy_test 0.5000 examples_test 1000 step 8')
 
 
 if __name__ == '__main__':

@@ -15,6 +15,7 @@ import ml_collections
 from vit_jax.cli import common
 from vit_jax.evaluators import base
 from vit_jax.evaluators import fewshot
+from vit_jax.inference import curves
 from vit_jax.inference import load
 from vit_jax.parallel import sharding
 
@@ -73,8 +74,9 @@ def main(argv: Sequence[str]) -> None:
       'datasets': list(FLAGS.datasets), 'shots': shots, 'seeds': FLAGS.seeds})
   evaluator = fewshot.FewShot('fewshot', options,
                               base.Context(config, loaded.model, mesh))
-  for key, value in sorted(evaluator.run(loaded.params).items()):
-    print(f'{key}: {value:.4f}')
+  results = evaluator.run(loaded.params)
+  for key in sorted(results, key=curves.metric_order):  # 1shot before 10shot
+    print(f'{key}: {results[key]:.4f}')
 
 
 def run() -> None:

@@ -18,6 +18,7 @@ from vit_jax.configs import original_keys
 from vit_jax.parallel import distributed
 from vit_jax.train import loop
 from vit_jax.train import preemption
+from vit_jax.train import writers
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file (configs/FILE.py[:ARGS]).',
@@ -67,7 +68,7 @@ def main(argv) -> None:
       raise
     print(f'vit_jax: error: {e}', file=sys.stderr)
     sys.exit(2)
-  logging.info('Done: %s', final)
+  logging.info('Done: %s', writers.format_scalars(final))
 
 
 # Config keys holding local paths; the shell leaves `~` in `--flag=~/x` to us.
