@@ -4,6 +4,8 @@
 sharded train state, runs the jitted step over the input stream and, each at its
 cadence, logs, evaluates (config.evals), checkpoints, and at the end exports params.npz
 (plus <objective>_params.npz for what a self-supervised objective trains beside the model).
+A finished run started again returns the final metrics it recorded; a run that fails
+before its first step leaves the workdir as it found it (vit_jax.train.workdir).
 """
 import contextlib
 import logging
@@ -50,6 +52,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        devices: Optional[list] = None) -> dict:
   """Trains (resuming from workdir if it holds checkpoints) and returns final metrics.
 
+  A workdir whose run is finished is left as it is: its recorded final metrics come back.
   `devices` restricts the mesh to some of the local devices (tests, notebooks).
   """
   mesh = sharding.make_mesh(config.mesh, devices)
