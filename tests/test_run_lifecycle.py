@@ -4,6 +4,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -20,6 +21,7 @@ from vit_jax.inference import load
 from vit_jax.models import formats
 from vit_jax.models import from_config
 from vit_jax.train import loop
+from vit_jax.train import preemption
 from vit_jax.train import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +58,19 @@ def _interrupt_after_first_step(args, timeout=300):
 
 
 class CtrlCTest(absltest.TestCase):
+
+  def test_first_ctrl_c_is_recorded_and_a_second_aborts(self):
+    before = signal.getsignal(signal.SIGINT)
+    with preemption.SignalFlag() as stop:
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.1)  # the handler runs in this thread at the next instruction
+      self.assertEqual(stop.signum, signal.SIGINT)
+      with self.assertRaises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    self.assertIs(signal.getsignal(signal.SIGINT), before)
+    self.assertEqual(preemption.Preempted(3, '/w', signal.SIGINT).exit_code, 130)
+    self.assertEqual(preemption.Preempted(3, '/w', signal.SIGTERM).exit_code, 143)
 
   def test_ctrl_c_checkpoints_prints_how_to_resume_and_resume_continues(self):
     workdir = self.create_tempdir().full_path

@@ -10,6 +10,7 @@ from absl import app
 from absl import flags
 from absl import logging
 import jax
+import ml_collections
 from ml_collections import config_flags
 
 from vit_jax import errors
@@ -55,13 +56,12 @@ def main(argv) -> None:
   try:
     final = loop.train_and_evaluate(config, os.path.expanduser(_WORKDIR.value))
   except preemption.Preempted as e:
-    what = 'interrupted' if e.exit_code == preemption.INTERRUPTED_EXIT_CODE else 'preempted'
-    print(f'vit_jax: {what} at step {e.step}: checkpoint saved in {e.directory}; '
+    print(f'vit_jax: {e.kind} at step {e.step}: checkpoint saved in {e.directory}; '
           f'resume with: {resume_command(sys.argv)}', file=sys.stderr)
     sys.exit(e.exit_code)
   except KeyboardInterrupt:  # a second Ctrl-C, or one before the first step
-    print('vit_jax: aborted (Ctrl-C); the newest checkpoint in --workdir, if any, is '
-          'where the same command resumes.', file=sys.stderr)
+    print('vit_jax: aborted (Ctrl-C) without a new checkpoint; resume from the newest '
+          f'one, if any, with: {resume_command(sys.argv)}', file=sys.stderr)
     sys.exit(preemption.INTERRUPTED_EXIT_CODE)
   except (ValueError, OSError, loop.NonFiniteError) as e:
     if _DEBUG.value:
@@ -75,7 +75,7 @@ def main(argv) -> None:
 PATH_KEYS = ('pretrained_path', 'pretrained_dir', 'data_dir', 'manual_dir')
 
 
-def expand_home(config) -> None:
+def expand_home(config: ml_collections.ConfigDict) -> None:
   """Makes `~` in the config's path keys the home directory, as the shell would."""
   for key in PATH_KEYS:
     value = config.get(key)

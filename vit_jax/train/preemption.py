@@ -19,9 +19,13 @@ class Preempted(Exception):
 
   def __init__(self, step: int, directory: str, signum: int = signal.SIGTERM):
     self.step, self.directory, self.signum = step, directory, signum
-    what = 'Interrupted' if signum == signal.SIGINT else 'Preempted'
-    super().__init__(f'{what} at step {step}: checkpoint saved in {directory}; run '
-                     'the same command again to resume.')
+    super().__init__(f'{self.kind.capitalize()} at step {step}: checkpoint saved in '
+                     f'{directory}; run the same command again to resume.')
+
+  @property
+  def kind(self) -> str:
+    """'interrupted' (Ctrl-C) or 'preempted' (SIGTERM)."""
+    return 'interrupted' if self.signum == signal.SIGINT else 'preempted'
 
   @property
   def exit_code(self) -> int:
