@@ -50,7 +50,11 @@ setuptools.setup(
     description='Vision Transformer pre-training and fine-tuning in JAX/Flax',
     long_description=open('README.md').read(),
     long_description_content_type='text/markdown',
-    packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
+    # configs/ ships as vit_jax.experiment_configs: --config=quickstart works after
+    # a plain (non-editable) install, from any directory.
+    packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']) + [
+        'vit_jax.experiment_configs'],
+    package_dir={'vit_jax.experiment_configs': 'configs'},
     package_data={'vit_jax': ['labels/*.txt', 'labels/README.md']},
     python_requires='>=3.10',
     install_requires=INSTALL_REQUIRES,

@@ -26,9 +26,10 @@ def get_config(arg: str = 'mae'):
   recipes.apply_quickstart_data(c)
   c.objective = arg
   c.model.representation_size = 0
-  # A small decoder for 16 tokens of width 96 (MAE's is 8 x 512 for ViT-B's 196 x 768).
-  c.objectives.mae.update({'decoder_width': 64, 'decoder_depth': 2,
-                           'decoder_heads': 4, 'decoder_mlp_dim': 256})
+  if arg == 'mae':
+    # A small decoder for 16 tokens of width 96 (MAE's is 8 x 512 for ViT-B's 196 x 768).
+    c.objectives.mae.update({'decoder_width': 64, 'decoder_depth': 2,
+                             'decoder_heads': 4, 'decoder_mlp_dim': 256})
 
   c.batch = 128
   c.batch_eval = 200

@@ -101,7 +101,7 @@ class BenchmarkTest(absltest.TestCase):
         (['--model=ViT-B16'], "Unknown model 'ViT-B16'"),
         (['--devices=8', '--batch=12'], 'not divisible by 8 devices'),
         (['--resolution=30'], 'not divisible by'),
-        (['--json=/nonexistent/dir/r.json'], 'directory does not exist'),
+        (['--json=/nonexistent/dir/r.json'], 'directory /nonexistent/dir does not exist'),
         (['--peak=0'], 'must be positive'),
         (['--steps=0'], '--steps=0 must be positive'),
     ]

@@ -125,9 +125,26 @@ class ImageFolderTest(absltest.TestCase):
     info = self._info()
     self.assertEqual((info.num_train, info.num_classes), (14, 4))
 
-  def test_missing_train_folder(self):
-    with self.assertRaisesRegex(FileNotFoundError, 'no train/ sub-folder'):
-      datasets.resolve(f'folder:{tfds_testdata.tempdir(self)}')
+  def test_a_folder_without_images(self):
+    empty = tfds_testdata.tempdir(self)
+    with self.assertRaisesRegex(FileNotFoundError, f'Image folder {empty} has no '
+                                'CLASS/.*: lay it out as ROOT/CLASS/'):
+      datasets.resolve(f'folder:{empty}')
+    with self.assertRaisesRegex(FileNotFoundError, 'does not exist'):
+      datasets.resolve(f'folder:{empty}/nowhere')
+
+  def test_root_whose_folders_are_the_classes(self):
+    # torchvision / timm ImageFolder: ROOT/CLASS/*, one split to hold out from.
+    flat = os.path.join(self.root, 'train')
+    info = datasets.get_dataset_info(tfds_testdata.config(
+        f'folder:{flat}', data_dir=self.data_dir, train_split='train[:9]',
+        eval_split='train[9:]'))
+    self.assertEqual((info.num_train, info.num_eval, info.num_classes), (9, 3, 3))
+    self.assertEqual(info.label_names, ['cat', 'dog', 'eel'])
+    builder = datasets.prepare(datasets.resolve(f'folder:{flat}'), self.data_dir)
+    labels = collections.Counter(
+        int(ex['label']) for ex in builder.as_dataset(split='train').as_numpy_iterator())
+    self.assertEqual(labels, {0: 5, 1: 4, 2: 3})
 
   def test_image_problem(self):
     path = os.path.join(self.root, 'train', 'cat', '0.jpg')
@@ -140,6 +157,10 @@ class RegistryTest(absltest.TestCase):
   def test_unknown_name_lists_known_names(self):
     with self.assertRaisesRegex(ValueError, r'Unknown dataset .*cifar10.*mnist5k'):
       datasets.resolve('cifar11')
+    with self.assertRaisesRegex(ValueError, r"'mnist_5k'. Did you mean 'mnist5k'\?"):
+      datasets.resolve('mnist_5k')
+    with self.assertRaisesRegex(ValueError, r"'nosuch'. Known: "):
+      datasets.resolve('nosuch')
 
   def test_info_without_download_from_known_values(self):
     empty = tfds_testdata.tempdir(self)

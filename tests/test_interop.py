@@ -399,7 +399,7 @@ class ErrorTest(_TmpDirTest):
     proc = subprocess.run(
         [sys.executable, '-m', 'vit_jax.convert', f'--from={src}', f'--to={out}'],
         capture_output=True, text=True, cwd=REPO, check=False)
-    self.assertEqual(proc.returncode, 1)
+    self.assertEqual(proc.returncode, 2)
     self.assertRegex(proc.stderr.strip().splitlines()[-1],
                      r"^vit_jax.convert: error: .*'swin' model, not 'vit'")
     self.assertFalse(os.path.exists(out))

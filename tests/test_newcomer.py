@@ -25,6 +25,8 @@ COMMAND_FLAGS = {
     'vit_jax.convert': ('from', 'to', 'to_format', 'model', 'num_heads', 'drop_head',
                         'accept_exact_gelu'),
     'vit_jax.export': ('checkpoint', 'model', 'format', 'output', 'resolution'),
+    'vit_jax.evaluate': ('checkpoint', 'model', 'num_heads', 'dataset', 'split',
+                         'data_dir', 'resolution', 'batch', 'loss'),
     'vit_jax.plot': ('out',),
     'vit_jax.perf.benchmark': ('model', 'batch', 'resolution', 'steps', 'remat',
                                'profile_dir'),

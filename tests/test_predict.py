@@ -1,5 +1,6 @@
 """Tests for vit_jax.predict: checkpoint -> model, images, label sets, the CLI and its errors."""
 import importlib.resources
+import json
 import os
 import shutil
 import subprocess
@@ -206,10 +207,33 @@ class PredictTest(absltest.TestCase):
       f.write(b'\x89PNG\r\n\x1a\n garbage')
     proc = subprocess.run(cmd + ['--labels=imagenet1k', bad], capture_output=True,
                           text=True, env=env, timeout=300)
-    self.assertEqual(proc.returncode, 1)
+    self.assertEqual(proc.returncode, 2)
     self.assertEqual(proc.stderr.strip().splitlines(),
                      [proc.stderr.strip()], 'one line, no traceback')
     self.assertIn(f'Cannot read image {bad}', proc.stderr)
+
+  def test_transformers_id2label_names_the_classes(self):
+    hf_dir = os.path.join(self.dir, 'hf_named')
+    shutil.copytree(os.path.join(REPO, 'tests', 'testdata', 'interop', 'hf_classifier'),
+                    hf_dir)
+    self.assertIsNone(labels_lib.transformers_label_names(hf_dir, 5))  # LABEL_0.. only
+    path = os.path.join(hf_dir, 'config.json')
+    with open(path) as f:
+      config = json.load(f)
+    names = ['cat', 'dog', 'eel', 'fox', 'gnu']
+    config['id2label'] = dict(enumerate(names))
+    with open(path, 'w') as f:
+      json.dump(config, f)
+    self.assertEqual(labels_lib.transformers_label_names(hf_dir, 5), names)
+    self.assertIsNone(labels_lib.transformers_label_names(hf_dir, 6))
+    self.assertIsNone(labels_lib.transformers_label_names(self.imagenet, 1000))
+    proc = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.predict', f'--checkpoint={hf_dir}', '--top=5',
+         self.photos['chelsea']], capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    printed = [line.split()[-1] for line in proc.stdout.splitlines()[1:]]
+    self.assertCountEqual(printed, names)
 
 
 if __name__ == '__main__':

@@ -225,7 +225,7 @@ class ServingTest(absltest.TestCase):
          f'--checkpoint={os.path.join(FIXTURES, "timm_vit.safetensors")}',
          '--format=stablehlo', f'--output={bad}'],
         capture_output=True, text=True, cwd=REPO, check=False)
-    self.assertEqual(proc.returncode, 1)
+    self.assertEqual(proc.returncode, 2)
     self.assertRegex(proc.stderr.strip().splitlines()[-1],
                      '^vit_jax.export: error: .*number of attention heads')
     self.assertFalse(os.path.exists(bad))

@@ -31,13 +31,37 @@ def list_flags_in_help(fv: flags.FlagValues = flags.FLAGS) -> None:
         fv.register_key_flag_for_module(sys.argv[0], flag)
 
 
+# The exit status of every user error (a bad flag, path or file), as vit_jax.main's.
+USER_ERROR = 2
+
+
+class _Usage(ValueError):
+  """A wrong command line, reported like every other user error."""
+
+
 def run_command(prog: str, define_flags: Callable[[], None], main_fn: Callable,
-                errors: tuple) -> None:
-  """Runs an absl main with one-line errors (`prog: error: ...`) instead of tracebacks."""
+                errors: tuple = (ValueError, OSError)) -> None:
+  """Runs an absl main with one-line errors (`prog: error: ...`, exit 2) instead of tracebacks."""
   define_flags()
   list_flags_in_help()
+
+  def main(argv):
+    try:
+      return main_fn(argv)
+    except app.UsageError as e:
+      # absl would print the whole module docstring before the error.
+      raise _Usage(f'{e}; see {prog} --help.') from None
+
+  def parse(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:  # a missing or malformed flag
+      problems = '; '.join(str(e).strip().splitlines())
+      print(f'{prog}: error: {problems}; see {prog} --help.', file=sys.stderr)
+      sys.exit(USER_ERROR)
+
   try:
-    app.run(main_fn)
-  except errors as e:
+    app.run(main, flags_parser=parse)
+  except (_Usage,) + tuple(errors) as e:
     print(f'{prog}: error: {e}', file=sys.stderr)
-    sys.exit(1)
+    sys.exit(USER_ERROR)

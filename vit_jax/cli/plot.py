@@ -1,6 +1,7 @@
 r"""Training curves of a work directory as a PNG (vit_jax.inference.curves).
 
   python -m vit_jax.plot /tmp/vit_quickstart [--out=curves.png]
+  python -m vit_jax.plot /tmp/vit_quickstart/metrics.jsonl
 """
 from typing import Sequence
 
@@ -21,7 +22,11 @@ def main(argv: Sequence[str]) -> None:
   """Plots loss and accuracy against step from WORKDIR/metrics.jsonl."""
   if len(argv) != 2:
     raise app.UsageError('Name one work directory: python -m vit_jax.plot WORKDIR')
-  print(curves.write_curves(argv[1], FLAGS.out))
+  out, skipped = curves.write_curves(argv[1], FLAGS.out)
+  print(out)
+  if skipped:
+    print(f'(left out the last line of {curves.METRICS_FILE}: the run is still '
+          'writing it)')
 
 
 def run() -> None:

@@ -8,8 +8,9 @@ interpolating the position embeddings. Images of any size are resized to it
 (bilinear, no crop: the original vit_jax evaluation) and scaled to [-1, 1].
 Class names: --labels=imagenet1k|imagenet21k (shipped in vit_jax/labels/) or
 a dataset name as in config.dataset (cifar10, mnist5k, tfds:NAME, ...); by
-default the dataset of the config.json beside the checkpoint (a vit_jax work
-directory), else imagenet1k for 1,000 outputs, imagenet21k for 21,843, else indices.
+default a transformers checkpoint's id2label, else the dataset of the config.json
+beside the checkpoint (a vit_jax work directory), else imagenet1k for 1,000
+outputs, imagenet21k for 21,843, else indices.
 """
 from typing import Optional, Sequence
 
@@ -62,6 +63,9 @@ def _class_names(checkpoint: str, num_classes: int) -> tuple[Optional[str], list
   """(label set, names): --labels, else the training run's dataset, else by size."""
   if FLAGS.labels:
     return FLAGS.labels, labels_lib.load_label_names(FLAGS.labels, FLAGS.data_dir)
+  names = labels_lib.transformers_label_names(checkpoint, num_classes)
+  if names:
+    return 'id2label', names
   trained_on = load.workdir_dataset(checkpoint)
   if trained_on:
     dataset, data_dir = trained_on

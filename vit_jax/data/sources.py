@@ -21,6 +21,7 @@ e.g. cifar10 is known without a download. Embedded datasets and folders are alwa
 on first use (seconds), since that needs no network.
 """
 import contextlib
+import difflib
 import fcntl
 import io
 import logging
@@ -53,7 +54,9 @@ def resolve(name: str) -> DatasetSpec:
                        label_names=cfg.class_names, builder_config=cfg, local=True)
   if name.startswith('tfds:'):
     return DatasetSpec(name[len('tfds:'):], 'train', 'test', -1)
-  raise ValueError(f'Unknown dataset {name!r}; known: {", ".join(known_names())}')
+  close = difflib.get_close_matches(name, list(DATASETS), n=3, cutoff=0.6)
+  hint = f' Did you mean {", ".join(map(repr, close))}?' if close else ''
+  raise ValueError(f'Unknown dataset {name!r}.{hint} Known: {", ".join(known_names())}')
 
 
 class _CustomConfigFilter(logging.Filter):
@@ -187,9 +190,26 @@ def split_size(builder, split: str) -> int:
   try:
     return builder.info.splits[split].num_examples
   except (KeyError, ValueError, AssertionError) as e:
+    reason = ' '.join(str(e).split())  # TFDS spreads its reasons over lines
     raise ValueError(
-        f'Bad split {split!r} for {builder.name}: {e}; available splits: '
+        f'Bad split {split!r} for {builder.name}: {reason}; available splits: '
         f'{", ".join(builder.info.splits.keys())}') from None
+
+
+def check_split(spec: DatasetSpec, data_dir: str | None, split: str, key: str) -> None:
+  """One-line error naming config `key` for a split expression that cannot be read.
+
+  A prepared dataset checks the split against its real splits and sizes; one not
+  prepared yet (a download) checks the expression's syntax without preparing it.
+  """
+  builder = make_builder(spec, data_dir)
+  try:
+    if is_prepared(builder):
+      split_size(builder, split)
+    else:
+      tfds.core.ReadInstruction.from_spec(split)
+  except (ValueError, AssertionError) as e:
+    raise ValueError(f'{key}={split!r}: {" ".join(str(e).split())}') from None
 
 
 def _label_names(builder, spec: DatasetSpec, num_classes: int) -> list[str]:

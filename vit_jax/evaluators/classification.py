@@ -14,6 +14,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax.data import pipeline
+from vit_jax.data import sources
 from vit_jax.evaluators import base
 from vit_jax.parallel import sharding
 
@@ -51,6 +52,9 @@ class Classification(base.Evaluator):
       # An empty split means the test split, which must not be reported as the minival.
       raise ValueError("config.evals.minival.split is empty: set the held-out slice "
                        "(e.g. 'train[98%:]' beside --config.train_split='train[:98%]').")
+    if options.get('split'):
+      sources.check_split(sources.resolve(config.dataset), config.get('data_dir'),
+                          options.split, f'config.evals.{name}.split')
 
   def __init__(self, name: str, options: ml_collections.ConfigDict,
                context: base.Context):

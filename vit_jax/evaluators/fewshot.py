@@ -254,7 +254,14 @@ class FewShot(base.Evaluator):
       raise ValueError(f'config.evals.{name}.datasets={datasets!r}: use a list of '
                        "dataset names, e.g. ('mnist5k',).")
     for entry in datasets:
-      parse_dataset(entry)
+      dataset, train_split, test_split = parse_dataset(entry)
+      try:
+        spec = sources.resolve(dataset)
+      except ValueError as e:
+        raise ValueError(f'config.evals.{name}.datasets: {e}') from None
+      for split in (train_split or spec.train_split, test_split or spec.eval_split):
+        sources.check_split(spec, config.get('data_dir'), split,
+                            f'config.evals.{name}.datasets {entry!r}: split')
     shots = list(options.get('shots', ()))
     if not shots or not all(isinstance(k, int) and k > 0 for k in shots):
       raise ValueError(f'config.evals.{name}.shots={options.get("shots")!r}: use '

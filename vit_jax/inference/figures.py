@@ -464,8 +464,7 @@ def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
   `checkpoint_path` (the file `loaded` came from) lets a self-supervised run's workdir
   add its own figure (MAE's reconstructions).
   """
-  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise NotADirectoryError(f'--out={out_dir} is a file; pass a directory.')
+  fileio.check_output_dir(out_dir, '--out')
   # Read every input before writing anything, so a bad image leaves no partial output.
   images = (np.stack([images_lib.load_image(p, loaded.resolution) for p in image_paths])
             if image_paths else None)

@@ -1,5 +1,8 @@
 """Class names for a model's outputs: the shipped ImageNet lists or a dataset's labels."""
 import importlib.resources
+import json
+import os
+import re
 from typing import Optional
 
 import ml_collections
@@ -33,3 +36,17 @@ def default_labels(num_classes: int) -> Optional[str]:
     if count == num_classes:
       return name
   return None
+
+
+def transformers_label_names(checkpoint: str, num_classes: int) -> Optional[list[str]]:
+  """The `id2label` names of a transformers checkpoint's config.json, if it has real ones."""
+  directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+  try:
+    with open(os.path.join(directory, 'config.json')) as f:
+      id2label = json.load(f).get('id2label')
+    names = [str(id2label[str(i)]) for i in range(num_classes)]
+  except (OSError, ValueError, AttributeError, KeyError, TypeError):
+    return None  # no config.json, not transformers', or not one name per output
+  if len(id2label) != num_classes or all(re.fullmatch(r'LABEL_\d+', n) for n in names):
+    return None  # transformers' placeholders say no more than class indices
+  return names

@@ -168,7 +168,7 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
     overrides = {**read.overrides, **overrides}
   else:
     params = checkpoint.load(checkpoint_path)
-  formats.check_finite(params, checkpoint_path)
+    formats.check_params(params, checkpoint_path)  # formats.read checked the others
   if model_name is None:
     model_name, saved = workdir_model(checkpoint_path)
     overrides = {**saved, **overrides}

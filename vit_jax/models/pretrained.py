@@ -113,7 +113,6 @@ def load_pretrained(*,
   # trained with it), so transformers' exact-GELU configs are accepted here.
   tree = formats.read_params(
       pretrained_path, num_heads=transformer.get('num_heads'), exact_gelu='accept')
-  formats.check_finite(tree, pretrained_path)
   restored = npz.flatten(tree)
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
   name = model_config.get('model_name') or 'the model'

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import configs
+from vit_jax import fileio
 from vit_jax import models
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
@@ -400,12 +401,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     print(f'vit_jax.perf.benchmark: error: {e}', file=sys.stderr)
     sys.exit(2)
   try:
-    if args.json and not os.path.isdir(os.path.dirname(args.json) or '.'):
-      raise FileNotFoundError(f'--json={args.json}: its directory does not '
-                              'exist; create it or choose another path.')
+    if args.json:  # checked before minutes of benchmarking, not after
+      fileio.check_output(args.json, '--json')
     timm = _compare_timm(args) if args.compare == 'timm' else None
     res = run(args)
-  except (ValueError, FileNotFoundError) as e:
+  except (ValueError, OSError) as e:
     print(f'vit_jax.perf.benchmark: error: {e}', file=sys.stderr)
     sys.exit(2)
   if timm is not None:
@@ -417,8 +417,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     out = dict(res)
     if 'profile' in out:
       out['profile'] = profiling.as_jsonable(out['profile'])
-    with open(args.json, 'w') as f:
-      json.dump(out, f, indent=1)
+    fileio.atomic_write(args.json, json.dumps(out, indent=1).encode())
   return res
 
 

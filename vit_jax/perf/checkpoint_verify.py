@@ -20,12 +20,14 @@ from absl import logging
 import jax
 import numpy as np
 
+from vit_jax.cli import common
 from vit_jax.train import checkpointer
 from vit_jax.train import integrity
 
 _GB = flags.DEFINE_float('gb', 1.0, 'Checkpoint size in GB (10^9 bytes).')
 _DIR = flags.DEFINE_string('dir', '/tmp/vit_jax_verify_cost',
-                           'Scratch workdir (deleted at the end).')
+                           'Scratch workdir: a new or empty directory, deleted at '
+                           'the end.')
 _ARRAY_BYTES = 64 * 2**20
 
 
@@ -79,7 +81,10 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # orbax logs every step of a save
-  shutil.rmtree(_DIR.value, ignore_errors=True)
+  if os.path.exists(_DIR.value) and (not os.path.isdir(_DIR.value) or os.listdir(_DIR.value)):
+    # It is deleted at the end: never a directory that holds someone's files.
+    raise ValueError(f'--dir={_DIR.value} exists and is not an empty directory; '
+                     'pass a new path for the scratch checkpoint.')
   try:
     result = measure(_DIR.value, _GB.value)
   finally:
@@ -90,4 +95,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  # Its flags are defined above, at import.
+  common.run_command('vit_jax.perf.checkpoint_verify', lambda: None, main)

@@ -13,9 +13,9 @@ of vit_jax.data.sources works, e.g. --dataset=imagenet2012 --data_dir=/path/to/t
 import os
 import time
 
-from absl import app
 from absl import flags
 
+from vit_jax.cli import common
 from vit_jax.configs import base
 from vit_jax.data import pipeline
 
@@ -78,4 +78,5 @@ def main(argv) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  # Its flags are defined above, at import.
+  common.run_command('vit_jax.perf.data_benchmark', lambda: None, main)

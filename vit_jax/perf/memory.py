@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_flags
 
+from vit_jax.cli import common
 from vit_jax.configs import base
 from vit_jax.configs import recipes
 from vit_jax.models import from_config
@@ -182,4 +183,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  # Its flags are defined above, at import.
+  common.run_command('vit_jax.perf.memory', lambda: None, main)

@@ -25,13 +25,14 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import errors
+from vit_jax import fileio
 from vit_jax.data import preprocess
 
 
 def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
            path: str, pp: ml_collections.ConfigDict) -> str:
   """Writes the SavedModel directory `path`; returns how to run it."""
-
+  given = path
   path = os.path.abspath(path.rstrip('/'))
   parent = os.path.dirname(path)
   if not os.path.isdir(parent):
@@ -80,12 +81,20 @@ def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
   module.serve = serve
   module.serve_one = serve_one
   module.predict_preprocessed = predict_preprocessed
+  with fileio.writing(given):
+    _save(module, path, parent, {'serving_default': serve, 'tflite': serve_one,
+                                 'predict_preprocessed': predict_preprocessed})
+  return (f"tf.saved_model.load({path!r}).signatures['serving_default']"
+          "(images=uint8 (N, H, W, 3))['logits']; preprocessing: "
+          f'{pp.eval} to {resolution}px')
+
+
+def _save(module: Any, path: str, parent: str, signatures: dict) -> None:
+  """Saves into a temporary directory beside `path`, then renames it into place."""
   tmp = tempfile.mkdtemp(dir=parent, prefix='.tmp-' + os.path.basename(path))
   try:
     try:
-      tf.saved_model.save(module, tmp, signatures={
-          'serving_default': serve, 'tflite': serve_one,
-          'predict_preprocessed': predict_preprocessed})
+      tf.saved_model.save(module, tmp, signatures=signatures)
     except (ValueError, TypeError, NotImplementedError, tf.errors.OpError) as e:
       raise ValueError('jax2tf cannot convert this model to a SavedModel: '
                        f'{type(e).__name__}: {errors.first_line(e, None)}') from None
@@ -96,6 +105,3 @@ def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
-  return (f"tf.saved_model.load({path!r}).signatures['serving_default']"
-          "(images=uint8 (N, H, W, 3))['logits']; preprocessing: "
-          f'{pp.eval} to {resolution}px')

@@ -6,7 +6,9 @@ Each stage checks its own part (schedule, optimizer, objective, model, data, eva
 this module asks them in order.
 """
 import math
+from typing import Any
 
+from absl import logging
 from etils import epath
 import jax
 import ml_collections
@@ -14,11 +16,14 @@ import ml_collections
 from vit_jax import evaluators
 from vit_jax import errors
 from vit_jax import fileio
+from vit_jax.configs import base
 from vit_jax.data import catalog
 from vit_jax.data import pipeline
 from vit_jax.data import sources
 from vit_jax.models import formats
 from vit_jax.models import from_config
+from vit_jax.models import mae
+from vit_jax.models import masking
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
@@ -117,6 +122,37 @@ def validate(config: ml_collections.ConfigDict,
   pipeline.check_train_config(config, info)
   pipeline.check_eval_config(config)
   # Preset, overrides, options; then the objective's options on that model.
-  objectives.make(config, from_config.build(config, info.num_classes))
+  model = from_config.build(config, info.num_classes)
+  objectives.make(config, model)
+  _warn_unused_objective_options(config)
+  _warn_mask_rounding(config, model)
   evaluators.check(config)
   return info
+
+
+def _warn_unused_objective_options(config: ml_collections.ConfigDict) -> None:
+  """One warning per option set for an objective the run does not use (a forgotten --config.objective?)."""
+  defaults = base.get_base_config().objectives
+  for name, options in config.get('objectives', {}).items():
+    if name == config.objective or name not in defaults:
+      continue
+    for key, value in options.items():
+      if key not in defaults[name] or defaults[name][key] != value:
+        logging.warning('config.objectives.%s.%s=%r is ignored: the run trains '
+                        'objective %r (set --config.objective=%s to use it).',
+                        name, key, value, config.objective, name)
+
+
+def _warn_mask_rounding(config: ml_collections.ConfigDict, model: Any) -> None:
+  """A warning where mask_ratio masks another share of the patches than it says."""
+  options = config.get('objectives', {}).get(config.objective, {})
+  ratio = options.get('mask_ratio')
+  if ratio is None:
+    return
+  rows, cols = mae.patch_grid(model, (1, config.pp.crop, config.pp.crop, 3))
+  tokens = rows * cols
+  masked = tokens - masking.num_kept(tokens, ratio)
+  if abs(masked / tokens - ratio) > 1e-6:
+    logging.warning('config.objectives.%s.mask_ratio=%s masks %d of the %d patches '
+                    'of each image (%.4g in effect).', config.objective, ratio, masked,
+                    tokens, masked / tokens)

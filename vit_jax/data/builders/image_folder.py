@@ -2,7 +2,9 @@
 
 `image_folder`: a folder laid out as `ROOT/<split>/<CLASS>/*.{jpg,jpeg,png}` (any case),
 with at least `ROOT/train`. Every sub-folder of ROOT that holds class folders becomes a split
-(`train`, `test`, `validation`, ...). Labels are the sorted union of class-folder names over
+(`train`, `test`, `validation`, ...). A ROOT without `train/` whose own sub-folders are the
+classes (`ROOT/<CLASS>/*.jpg`, torchvision's and timm's ImageFolder layout) is one split,
+`train`: hold out part of it for evaluation with a split expression ('train[90%:]'). Labels are the sorted union of class-folder names over
 all splits, so label ids agree between splits. The folder is prepared into the TFDS data dir
 under `image_folder/<basename>_<fingerprint>/`, where the fingerprint hashes every file's
 path, size and modification time: editing the folder gives a new fingerprint and a fresh
@@ -80,12 +82,12 @@ def image_problem(path: str) -> str | None:
   return None
 
 
-def _fingerprint(root: str, splits: dict[str, dict[str, list[str]]]) -> str:
+def _fingerprint(root: str, splits: dict[str, dict[str, list[str]]], flat: bool) -> str:
   h = hashlib.sha1()
   for split, classes in splits.items():
     for cls, files in classes.items():
       for f in files:
-        st = os.stat(os.path.join(root, split, cls, f))
+        st = os.stat(os.path.join(split_dir(root, split, flat), cls, f))
         h.update(f'{split}/{cls}/{f}:{st.st_size}:{st.st_mtime_ns}\n'.encode())
   return h.hexdigest()[:10]
 
@@ -96,30 +98,43 @@ class ImageFolderConfig(tfds.core.BuilderConfig):
   root: str = ''
   class_names: tuple[str, ...] = ()
   files: dict[str, dict[str, list[str]]] = dataclasses.field(default_factory=dict)
+  flat: bool = False  # ROOT/<CLASS>/*: the root itself is the train split
+
+
+def split_dir(root: str, split: str, flat: bool) -> str:
+  """The folder holding the class folders of `split`."""
+  return root if flat else os.path.join(root, split)
 
 
 def config_for_root(root: str) -> ImageFolderConfig:
-  """Lists `root/<split>/<CLASS>/*` and returns the builder config naming it."""
+  """Lists `root/<split>/<CLASS>/*` (or `root/<CLASS>/*`) and returns the builder config naming it."""
   root = os.path.abspath(os.path.expanduser(root))
-  if not os.path.isdir(os.path.join(root, 'train')):
-    raise FileNotFoundError(
-        f'Image folder {root!r} has no train/ sub-folder: lay it out as '
-        'ROOT/train/CLASS/*.jpg (and ROOT/test/CLASS/*.jpg for evaluation)')
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f'Image folder {root} does not exist; check the path.')
+  flat = not os.path.isdir(os.path.join(root, 'train'))
   splits = {}
-  for split in sorted(os.listdir(root)):
-    if os.path.isdir(os.path.join(root, split)):
-      classes = list_class_folder(os.path.join(root, split))
-      if classes:
-        splits[split] = classes
+  if flat:
+    classes = list_class_folder(root)
+    if any(classes.values()):
+      splits['train'] = classes
+  else:
+    for split in sorted(os.listdir(root)):
+      if os.path.isdir(os.path.join(root, split)):
+        classes = list_class_folder(os.path.join(root, split))
+        if classes:
+          splits[split] = classes
   if not any(splits.get('train', {}).values()):
+    where = root if flat else f'{root}/train'
     raise FileNotFoundError(
-        f'Image folder {root}/train has no CLASS/*.jpg|jpeg|png files')
+        f'Image folder {where} has no CLASS/*.jpg|jpeg|png files: lay it out as '
+        'ROOT/CLASS/*.jpg, or ROOT/train/CLASS/*.jpg with ROOT/test/CLASS/*.jpg for '
+        'evaluation')
   class_names = tuple(sorted({c for classes in splits.values() for c in classes}))
   base = re.sub(r'[^a-z0-9]+', '_', os.path.basename(root).lower()).strip('_')
-  name = f'{base or "root"}_{_fingerprint(root, splits)}'
+  name = f'{base or "root"}_{_fingerprint(root, splits, flat)}'
   return ImageFolderConfig(
       name=name, version='1.0.0', description=f'Images under {root}', root=root,
-      class_names=class_names, files=splits)
+      class_names=class_names, files=splits, flat=flat)
 
 
 def _examples(folder: str, classes: dict[str, list[str]], class_names, skipped: list[str]):
@@ -193,7 +208,7 @@ class ImageFolder(_SkipCounting, tfds.core.GeneratorBasedBuilder):
     config = self.builder_config
     skipped = self._skip_list()
     return {split: self._generate_examples(
-        os.path.join(config.root, split), classes, config.class_names, skipped)
+        split_dir(config.root, split, config.flat), classes, config.class_names, skipped)
             for split, classes in config.files.items()}
 
   def _generate_examples(self, folder, classes, class_names, skipped):

@@ -575,6 +575,7 @@ def read(path: str, *, model: Optional[str] = None,
     params = _read_hf(path, exact_gelu)
   else:
     params, model = _read_timm(path, model, num_heads)
+  check_params(params, path)
   arch = architecture(params, f'Checkpoint {path}')
   return _as_checkpoint(params, arch, model, fmt, path)
 
@@ -599,6 +600,17 @@ def check_finite(params: Mapping[str, Any], source: str) -> None:
                        'is damaged: use an earlier checkpoint.')
 
 
+def check_params(params: Mapping[str, Any], source: str) -> None:
+  """One-line ValueError unless every parameter is a float array free of NaN and Inf."""
+  for key, value in npz.flatten(params).items():
+    dtype = np.asarray(value).dtype
+    if dtype.kind != 'f' and dtype.name != 'bfloat16':
+      raise ValueError(f'Checkpoint {source} stores {key} as {dtype}, where model '
+                       'parameters are floats; it is damaged or quantized: use the '
+                       'float checkpoint.')
+  check_finite(params, source)
+
+
 def check_readable(path: str) -> None:
   """One-line error unless `path` is a checkpoint file or a transformers directory."""
   path = os.fspath(path)
@@ -617,16 +629,19 @@ def check_readable(path: str) -> None:
 
 def read_params(path: str, *, num_heads: Optional[int] = None,
                 exact_gelu: str = 'error') -> Params:
-  """Only the parameters of a checkpoint of any format (no preset check)."""
+  """Only the parameters of a checkpoint of any format (no preset check), checked by check_params."""
   fmt = detect_format(os.fspath(path))
   if fmt == 'npz':
-    return npz.load(path)
-  if fmt == 'hf':
-    return _read_hf(os.fspath(path), exact_gelu)
-  if num_heads is None:
+    params = npz.load(path)
+  elif fmt == 'hf':
+    params = _read_hf(os.fspath(path), exact_gelu)
+  elif num_heads is None:
     raise ValueError(f'Checkpoint {path} is a timm state dict, which does not '
                      'record the number of heads; pass num_heads.')
-  return timm.to_params(read_state_dict(path), num_heads, os.fspath(path))
+  else:
+    params = timm.to_params(read_state_dict(path), num_heads, os.fspath(path))
+  check_params(params, os.fspath(path))
+  return params
 
 
 # ----------------------------------------------------------------------------
@@ -643,6 +658,11 @@ def _write_hf(state, config, preprocessor, path: str) -> None:
   if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
     raise FileExistsError(f'Cannot write {path}: it exists and is not an empty '
                           'directory; remove it or pick a new path.')
+  with fileio.writing(path):
+    _write_hf_files(state, config, preprocessor, path, parent)
+
+
+def _write_hf_files(state, config, preprocessor, path: str, parent: str) -> None:
   tmp = tempfile.mkdtemp(dir=parent, prefix='.tmp-' + os.path.basename(path))
   try:
     with open(os.path.join(tmp, 'model.safetensors'), 'wb') as f:
@@ -697,9 +717,7 @@ def convert(from_path: str, to_path: str, *, model: Optional[str] = None,
             drop_head: bool = False, exact_gelu: str = 'error'
             ) -> tuple[Checkpoint, str]:
   """Reads `from_path` in any format and writes it to `to_path`; returns (what was read, format written)."""
-  if os.path.abspath(os.fspath(from_path)) == os.path.abspath(os.fspath(to_path)):
-    raise ValueError(f'--from and --to are the same path {to_path}; write to a '
-                     'new path.')
+  fileio.check_output(to_path, '--to', [('--from', from_path)])
   # The output format is checked before the (possibly large) input is read.
   detect_format(os.fspath(to_path), to_format, writing=True)
   ckpt = read(from_path, model=model, num_heads=num_heads, exact_gelu=exact_gelu)

@@ -1,0 +1,114 @@
+r"""Accuracy, loss and example count of a checkpoint on a dataset split (as timm's validate.py).
+
+  python -m vit_jax.evaluate --checkpoint=/tmp/vit_quickstart/params.npz
+  python -m vit_jax.evaluate --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
+      --dataset=cifar10 --split=test --resolution=384
+  python -m vit_jax.evaluate --checkpoint=vit.safetensors --num_heads=2 \
+      --dataset=folder:/data/pets --split=validation
+
+The checkpoint is anything `predict` reads (.npz, timm state dict, transformers
+directory). The params.npz of a vit_jax work directory is evaluated as its run
+evaluated it: the dataset, evaluation split, preprocessing and loss of the
+config.json beside it (each flag overrides its part). Otherwise images are
+resized to the model's resolution (the original vit_jax evaluation) and the loss
+is softmax cross-entropy. Every example of the split is counted once.
+"""
+from typing import Any, Optional, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import ml_collections
+
+from vit_jax import configs
+from vit_jax.cli import common
+from vit_jax.data import sources
+from vit_jax.evaluators import base
+from vit_jax.evaluators import classification
+from vit_jax.inference import load
+from vit_jax.parallel import sharding
+from vit_jax.train import objectives
+
+FLAGS = flags.FLAGS
+# The parts of a run's config.pp that decide what the model sees at evaluation.
+_EVAL_PP = ('eval', 'crop', 'resize', 'keep_aspect', 'num_channels')
+
+
+def _define_flags() -> None:
+  common.define_checkpoint_flags()
+  flags.DEFINE_string('dataset', None, 'Dataset as in config.dataset (mnist5k, cifar10, '
+                      "folder:ROOT, tfds:NAME, ...); default: the run's, for a "
+                      'vit_jax work directory.')
+  flags.DEFINE_string('split', None, "TFDS split expression (test, 'train[98%:]'); "
+                      "default: the run's eval_split, else the dataset's evaluation split.")
+  flags.DEFINE_string('data_dir', None, "TFDS data dir; default: the run's.")
+  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
+                       "checkpoint's.")
+  flags.DEFINE_integer('batch', 0, 'Batch size; 0: 32 per device.')
+  flags.DEFINE_enum('loss', None, list(objectives.LOSSES),
+                    "Loss to report; default: the run's, else softmax_xent.")
+
+
+def eval_config(saved: Optional[dict[str, Any]], resolution: int, *,
+                dataset: Optional[str], split: Optional[str], data_dir: Optional[str],
+                loss: Optional[str], batch: int) -> ml_collections.ConfigDict:
+  """The run config the classification evaluator reads: the run's where known, flags first."""
+  config = configs.get_base_config()
+  saved = saved if isinstance(saved, dict) and isinstance(saved.get('pp'), dict) else {}
+  pp = saved.get('pp', {})
+  if pp.get('crop') == resolution:
+    config.pp.update({k: pp[k] for k in _EVAL_PP if k in pp})
+  else:  # no run config, or another resolution: the original vit_jax evaluation
+    config.pp.update({'eval': 'resize', 'crop': resolution, 'resize': resolution})
+  config.dataset = dataset or saved.get('dataset') or ''
+  if not config.dataset:
+    raise ValueError('--dataset is needed: the checkpoint is not the params.npz of a '
+                     'vit_jax work directory, which would name its dataset.')
+  same_data = not dataset or dataset == saved.get('dataset')
+  config.eval_split = split or (saved.get('eval_split', '') if same_data else '')
+  config.data_dir = data_dir or saved.get('data_dir')
+  run_loss = saved.get('objectives', {}).get('supervised', {}).get('loss')
+  config.objectives.supervised.loss = loss or run_loss or 'softmax_xent'
+  config.batch_eval = batch
+  return config
+
+
+def main(argv: Sequence[str]) -> None:
+  """Prints accuracy, loss and the number of examples of the checkpoint on the split."""
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # keep the output to the results
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  if FLAGS.batch < 0:
+    raise ValueError(f'--batch={FLAGS.batch} must be positive (0: 32 per device).')
+  checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution, FLAGS.num_heads)
+  mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})
+  batch = FLAGS.batch or 32 * mesh.size
+  if batch % mesh.size:
+    raise ValueError(f'--batch={batch} is not divisible by the {mesh.size} devices.')
+  config = eval_config(load.workdir_config(checkpoint), loaded.resolution,
+                       dataset=FLAGS.dataset, split=FLAGS.split, data_dir=FLAGS.data_dir,
+                       loss=FLAGS.loss, batch=batch)
+  info = sources.get_dataset_info(config)  # prepares it; one line for a bad split
+  if not info.eval_split:
+    raise ValueError(f'{config.dataset} has no evaluation split; name one with --split '
+                     "(e.g. --split='train[98%:]').")
+  if loaded.num_classes != info.num_classes:
+    what = ('has no classification head (use vit_jax.fewshot for its features)'
+            if not loaded.num_classes else f'has {loaded.num_classes} outputs')
+    raise ValueError(f'Checkpoint {checkpoint} {what}, but {config.dataset} has '
+                     f'{info.num_classes} classes; pass the dataset it was trained on.')
+  evaluator = classification.Classification(
+      'eval', ml_collections.ConfigDict({'split': info.eval_split}),
+      base.Context(config, loaded.model, mesh,
+                   objectives.LOSSES[config.objectives.supervised.loss]))
+  metrics = evaluator.run(loaded.params)
+  print(f'{config.dataset} {info.eval_split}: accuracy {metrics["accuracy_eval"]:.4f}, '
+        f'loss {metrics["loss_eval"]:.4f}, {int(metrics["examples_eval"])} examples')
+
+
+def run() -> None:
+  """Console entry point of `python -m vit_jax.evaluate`."""
+  common.run_command('vit_jax.evaluate', _define_flags, main,
+                     (ValueError, OSError, RuntimeError))
