@@ -145,12 +145,13 @@ class FailedStartTest(absltest.TestCase):
     self.misfit = os.path.join(self.create_tempdir().full_path, 'misfit.npz')
     checkpoint.save(params, self.misfit)
 
-  def test_new_workdir_is_removed(self):
-    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+  def test_new_workdir_is_removed_with_the_parents_it_made(self):
+    root = self.create_tempdir().full_path
+    workdir = os.path.join(root, 'runs', 'today', 'run')
     with self.assertRaisesRegex(ValueError, 'misfit.npz'):
       loop.train_and_evaluate(test_train.tiny_config(pretrained_path=self.misfit),
                               workdir)
-    self.assertFalse(os.path.exists(workdir))
+    self.assertEqual(os.listdir(root), [])
 
   def test_existing_workdir_is_left_unchanged(self):
     workdir = self.create_tempdir().full_path

@@ -6,6 +6,7 @@ removed, and one that existed (a resume) loses only what the run added to it. Fi
 run rewrites (config.json) are written after its first step, so they need no undo.
 """
 import logging
+from typing import Optional
 
 from etils import epath
 import jax
@@ -34,8 +35,15 @@ class UndoUntilFirstStep:
 
   def __init__(self, workdir: str):
     self._path = epath.Path(workdir)
-    self._before = _entries(self._path) if self._path.exists() else None
+    self._created = None  # the outermost directory that mkdir(parents=True) will make
+    self._before = None   # else the names in the existing workdir
     self._started = False
+    try:
+      self._created = _first_missing(self._path)
+      if self._created is None:
+        self._before = _entries(self._path)
+    except Exception:  # pylint: disable=broad-except  (unreadable: then nothing is undone)
+      self._created = self._before = None
 
   def started(self) -> None:
     """Marks the first step done: from here on the work directory is the run's."""
@@ -51,9 +59,11 @@ class UndoUntilFirstStep:
 
   def _undo(self) -> None:
     try:
+      if self._created is not None:
+        if self._created.exists():
+          self._created.rmtree()
+        return
       if self._before is None:
-        if self._path.exists():
-          self._path.rmtree()
         return
       for name in sorted(_entries(self._path) - self._before - set(KEEP)):
         entry = self._path / name
@@ -66,9 +76,14 @@ class UndoUntilFirstStep:
                       self._path, errors.first_line(e))
 
 
+def _first_missing(path: epath.Path) -> Optional[epath.Path]:
+  """The outermost directory of `path` that does not exist yet (None if it exists)."""
+  missing = None
+  while not path.exists() and path.parent != path:
+    missing, path = path, path.parent
+  return missing
+
+
 def _entries(path: epath.Path) -> set[str]:
-  """Names directly inside `path` (empty if it is not a directory)."""
-  try:
-    return {p.name for p in path.iterdir()}
-  except OSError:
-    return set()
+  """Names directly inside the directory `path`."""
+  return {p.name for p in path.iterdir()}
