@@ -131,6 +131,12 @@ class FinishedRunTest(absltest.TestCase):
     self.assertIn(f"accuracy_test {first['accuracy_test']:.4f}", said)
     self.assertLen(_events_files(workdir), 1)
     self.assertEqual(_tree(workdir), before)
+    # The same through the command line: its config matches the recorded one.
+    out = subprocess.run(_main_args(workdir), cwd=REPO, env=_env(), capture_output=True,
+                         text=True, timeout=300)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn('holds a finished run (step 8 of 8', out.stderr)
+    self.assertEqual(_tree(workdir), before)
 
 
 class FailedStartTest(absltest.TestCase):

@@ -75,7 +75,7 @@ def resolve_checkpoint(path: str) -> str:
   params = os.path.join(path, PARAMS_FILE)
   if os.path.isfile(params) and os.path.isfile(os.path.join(path, CONFIG_FILE)):
     return params
-  if os.path.isdir(os.path.join(path, 'checkpoints')):
+  if any(os.path.exists(os.path.join(path, f)) for f in ('checkpoints', 'metrics.jsonl')):
     raise ValueError(f'{path} is a vit_jax work directory without {PARAMS_FILE}: its run '
                      'has not finished. Run it to the end (the same command resumes it), '
                      'then pass the directory again.')

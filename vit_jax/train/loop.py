@@ -67,7 +67,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints,
                                           verify=config.checkpoint_verify)
     try:
-      if finished(ckpt, workdir, config.total_steps):
+      # Run again as it was: nothing to do. A changed config is checked and recorded.
+      if not changes.fields and finished(ckpt, workdir, config.total_steps):
         return final_metrics(workdir, config.total_steps)
       return _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
                     changes, undo.started)
@@ -137,6 +138,9 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
         writer.flush()
         raise preemption.Preempted(step, ckpt.directory,
                                    stop.signum or signal.SIGTERM)
+  if start == config.total_steps:  # stopped while exporting: only the export is left
+    _record_config(run_config, workdir, changes, start)
+    started()
   ckpt.close()
   _export(objective.model_params(state.params), workdir, PARAMS_FILE)
   extra = objectives.auxiliary_params(objective, state.params)
