@@ -4,17 +4,19 @@ import os
 
 from absl.testing import absltest
 
+from vit_jax import errors
+
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        'vit_jax')
 # Stages in data-flow order: each may import only itself and the ones before it.
-STAGES = ('fileio', 'models', 'parallel', 'data', 'configs', 'inference', 'serving',
+STAGES = ('errors', 'fileio', 'models', 'parallel', 'data', 'configs', 'inference', 'serving',
           'evaluators', 'train', 'perf', 'cli')
 # vit_jax.checkpoint is the public face of the models stage's checkpoint formats.
 ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.
-ENTRY = {'__init__': ('_moved',), '_moved': (), 'main': ('cli',), 'predict': ('cli',),
+ENTRY = {'__init__': (), 'main': ('cli',), 'predict': ('cli',),
          'visualize': ('cli',), 'fewshot': ('cli',), 'convert': ('cli',),
-         'export': ('cli',), 'plot': ('cli',)}
+         'export': ('cli',), 'plot': ('cli',), 'evaluate': ('cli',), 'list': ('cli',)}
 
 
 def _stage(module: str) -> str:
@@ -96,6 +98,17 @@ class LayoutTest(absltest.TestCase):
     for m in graph:
       if m not in state:
         visit(m, [m])
+
+
+class FirstLineTest(absltest.TestCase):
+  """vit_jax.errors.first_line: what every one-line error quotes of its cause."""
+
+  def test_first_line_of_a_message_type_name_when_empty_and_the_limit(self):
+    self.assertEqual(errors.first_line(OSError('  disk full\n  at line 3\n')), 'disk full')
+    self.assertEqual(errors.first_line(KeyError()), 'KeyError')
+    self.assertEqual(errors.first_line(ValueError('x' * 300)), 'x' * 200)
+    self.assertEqual(errors.first_line(ValueError('x' * 300), None), 'x' * 300)
+    self.assertEqual(errors.first_line('one\ntwo', 2), 'on')
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Tests of the dataset registry (vit_jax.datasets) and the embedded TFDS builders."""
+"""Tests of the dataset registry (vit_jax.data.sources) and the embedded TFDS builders."""
 import collections
 import os
 from unittest import mock

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -59,6 +60,18 @@ class SettingsTest(parameterized.TestCase):
   )
   def test_errors(self, env, message):
     with self.assertRaisesRegex(ValueError, message):
+      distributed.initialize(environ=env)
+
+  def test_late_start_names_the_function_to_call_first(self):
+    env = {'VIT_JAX_COORDINATOR': 'h:1', 'VIT_JAX_NUM_PROCESSES': '2',
+           'VIT_JAX_PROCESS_ID': '0'}
+    late = RuntimeError('jax.distributed.initialize() must be called before any JAX '
+                        'computations are executed.')
+    # jax.config stays as it is: other tests in this process run on it.
+    with mock.patch.object(jax.distributed, 'initialize', side_effect=late), \
+         mock.patch.object(jax.config, 'update'), \
+         self.assertRaisesRegex(RuntimeError, r'^vit_jax\.parallel\.distributed\.'
+                                r'initialize\(\) must run before'):
       distributed.initialize(environ=env)
 
   def test_arguments_win_over_environment(self):

@@ -39,9 +39,10 @@ class EvaluateTest(absltest.TestCase):
     self.assertEqual((dataset, split, examples), ('mnist5k', 'test', 1000))
     self.assertAlmostEqual(accuracy, final['accuracy_test'], places=4)
     self.assertAlmostEqual(loss, final['loss_test'], places=4)
-    # Another split of the same data, and the odd-sized last batch counted once.
-    _, split, _, _, examples = _evaluate(f'--checkpoint={params}', "--split=test[:333]",
-                                         '--batch=64')
+    # Another split of the same data, and the odd-sized last batch counted once; the
+    # work directory itself names its params.npz.
+    _, split, _, _, examples = _evaluate(f'--checkpoint={os.path.dirname(params)}',
+                                         '--split=test[:333]', '--batch=64')
     self.assertEqual((split, examples), ('test[:333]', 333))
 
   def test_a_timm_file_matches_a_numpy_reference(self):

@@ -11,6 +11,7 @@ import numpy as np
 from tests import tiny_trained
 from vit_jax.evaluators import base
 from vit_jax.evaluators import fewshot
+from vit_jax.inference import curves
 from vit_jax.inference import load
 from vit_jax.parallel import sharding
 
@@ -145,18 +146,24 @@ class EvaluatorTest(absltest.TestCase):
     self.assertEqual(
         fewshot.metric_name('fs', 'imagenet2012|train[:9]|validation', 1),
         'fs/imagenet2012_1shot')
+    names = [fewshot.metric_name('fewshot', 'mnist5k', k) for k in (25, 10, 5, 1)]
+    self.assertEqual(sorted(names + ['accuracy_test'], key=curves.metric_order),
+                     ['accuracy_test'] + names[::-1])
 
-  def test_cli_on_a_checkpoint(self):
+  def test_cli_on_a_workdir_prints_shots_in_numeric_order(self):
     proc = subprocess.run(
-        [sys.executable, '-m', 'vit_jax.fewshot', f'--checkpoint={self.params_path}',
-         '--datasets=mnist5k', '--shots=5', '--seeds=1',
+        [sys.executable, '-m', 'vit_jax.fewshot',
+         f'--checkpoint={os.path.dirname(self.params_path)}',
+         '--datasets=mnist5k', '--shots=10,1,5', '--seeds=1',
          f'--data_dir={self.data_dir}'],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO),
         cwd=REPO, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    self.assertEqual(proc.stdout.strip().splitlines()[-1].split(': ')[0],
-                     'fewshot/mnist5k_5shot')
-    self.assertGreater(float(proc.stdout.split(': ')[-1]), 0.4)
+    lines = proc.stdout.strip().splitlines()
+    self.assertEqual([line.split(': ')[0] for line in lines[-3:]],
+                     ['fewshot/mnist5k_1shot', 'fewshot/mnist5k_5shot',
+                      'fewshot/mnist5k_10shot'])
+    self.assertGreater(float(lines[-2].split(': ')[-1]), 0.4)
 
 
 if __name__ == '__main__':

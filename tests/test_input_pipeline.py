@@ -1,4 +1,4 @@
-"""Tests of the tf.data pipelines (vit_jax.input_pipeline) and the shard read plans."""
+"""Tests of the tf.data pipelines (vit_jax.data.pipeline) and the shard read plans."""
 
 from absl.testing import absltest
 from absl.testing import parameterized

@@ -1,4 +1,4 @@
-"""Tests of the per-example preprocessing ops (vit_jax.preprocess)."""
+"""Tests of the per-example preprocessing ops (vit_jax.data.preprocess)."""
 
 from absl.testing import absltest
 from absl.testing import parameterized

@@ -254,13 +254,6 @@ class CommandLineTest(absltest.TestCase):
     self.assertIn('accuracy_test', metrics.read_metrics(workdir)[-1])
     self.assertTrue(os.path.exists(os.path.join(workdir, loop.PARAMS_FILE)))
 
-  def test_old_names_point_to_their_new_place(self):
-    from vit_jax import train  # pylint: disable=g-import-not-at-top
-    with self.assertRaisesRegex(AttributeError, 'moved to vit_jax.train.loop'):
-      train.train_and_evaluate  # pylint: disable=pointless-statement
-    with self.assertRaisesRegex(ImportError, 'moved to vit_jax.data.pipeline'):
-      import vit_jax.input_pipeline  # pylint: disable=g-import-not-at-top,unused-import
-
 
 class ErrorTest(absltest.TestCase):
 

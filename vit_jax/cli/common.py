@@ -1,8 +1,4 @@
-"""What the checkpoint commands share: the --model/--checkpoint flags and one-line errors."""
-import sys
-from typing import Callable
-
-from absl import app
+"""What the checkpoint commands share: the --model/--checkpoint flags."""
 from absl import flags
 
 
@@ -11,56 +7,8 @@ def define_checkpoint_flags() -> None:
   flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
                       'config.json beside the checkpoint (a vit_jax workdir).')
   flags.DEFINE_string('checkpoint', None, 'Checkpoint: .npz (local or gs://), '
-                      'timm .safetensors/.pth or a transformers directory.',
+                      'timm .safetensors/.pth, a transformers directory or a vit_jax '
+                      'work directory (its params.npz).',
                       required=True)
   flags.DEFINE_integer('num_heads', None, 'Attention heads of a timm state dict '
                        'whose size has no preset (a timm file does not record them).')
-
-
-def list_flags_in_help(fv: flags.FlagValues = flags.FLAGS) -> None:
-  """Makes `--help` list every flag the package defined, wherever it was defined.
-
-  absl's --help shows only the key flags of the file named by sys.argv[0] (the thin
-  `vit_jax/<command>.py` entry point, which defines none); --helpfull adds the
-  libraries' flags too.
-  """
-  for module, module_flags in fv.flags_by_module_dict().items():
-    if module.startswith('vit_jax') or '/vit_jax/' in module:
-      for flag in module_flags:
-        fv.register_key_flag_for_module(sys.argv[0], flag)
-
-
-# The exit status of every user error (a bad flag, path or file), as vit_jax.main's.
-USER_ERROR = 2
-
-
-class _Usage(ValueError):
-  """A wrong command line, reported like every other user error."""
-
-
-def run_command(prog: str, define_flags: Callable[[], None], main_fn: Callable,
-                errors: tuple = (ValueError, OSError)) -> None:
-  """Runs an absl main with one-line errors (`prog: error: ...`, exit 2) instead of tracebacks."""
-  define_flags()
-  list_flags_in_help()
-
-  def main(argv):
-    try:
-      return main_fn(argv)
-    except app.UsageError as e:
-      # absl would print the whole module docstring before the error.
-      raise _Usage(f'{e}; see {prog} --help.') from None
-
-  def parse(argv):
-    try:
-      return flags.FLAGS(argv)
-    except flags.Error as e:  # a missing or malformed flag
-      problems = '; '.join(str(e).strip().splitlines())
-      print(f'{prog}: error: {problems}; see {prog} --help.', file=sys.stderr)
-      sys.exit(USER_ERROR)
-
-  try:
-    app.run(main, flags_parser=parse)
-  except (_Usage,) + tuple(errors) as e:
-    print(f'{prog}: error: {e}', file=sys.stderr)
-    sys.exit(USER_ERROR)

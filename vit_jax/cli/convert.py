@@ -11,13 +11,15 @@ directory with `config.json` (transformers ViTModel / ViTForImageClassification)
 not record the number of heads: name the model (--model=ViT-B_16 or
 --model=vit_base_patch16_224) or pass --num_heads.
 """
+import os
 from typing import Sequence
 
 from absl import app
 from absl import flags
 from absl import logging
 
-from vit_jax.cli import common
+from vit_jax import errors
+from vit_jax.inference import load
 from vit_jax.models import formats
 
 FLAGS = flags.FLAGS
@@ -25,7 +27,8 @@ FLAGS = flags.FLAGS
 
 def _define_flags() -> None:
   flags.DEFINE_string('from', None, 'Checkpoint to read (.npz, .safetensors, '
-                      '.pth/.bin or a transformers directory).', required=True)
+                      '.pth/.bin, a transformers directory or a vit_jax work '
+                      'directory).', required=True)
   flags.DEFINE_string('to', None, 'Path to write; its format is read off the '
                       'name (a directory path: transformers).', required=True)
   flags.DEFINE_enum('to_format', None, list(formats.FORMATS),
@@ -48,7 +51,8 @@ def main(argv: Sequence[str]) -> None:
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
   ckpt, fmt = formats.convert(
-      FLAGS['from'].value, FLAGS.to, model=FLAGS.model, num_heads=FLAGS.num_heads,
+      load.resolve_checkpoint(FLAGS['from'].value), os.path.expanduser(FLAGS.to),
+      model=FLAGS.model, num_heads=FLAGS.num_heads,
       to_format=FLAGS.to_format, drop_head=FLAGS.drop_head,
       exact_gelu='accept' if FLAGS.accept_exact_gelu else 'error')
   custom = ' with overrides' if set(ckpt.overrides) - {
@@ -60,5 +64,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.convert`."""
-  common.run_command('vit_jax.convert', _define_flags, main, (ValueError, OSError))
+  errors.run_command('vit_jax.convert', _define_flags, main, (ValueError, OSError))
 

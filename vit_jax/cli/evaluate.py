@@ -20,6 +20,7 @@ from absl import flags
 from absl import logging
 import ml_collections
 
+from vit_jax import errors
 from vit_jax import configs
 from vit_jax.cli import common
 from vit_jax.data import sources
@@ -81,13 +82,13 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if FLAGS.batch < 0:
     raise ValueError(f'--batch={FLAGS.batch} must be positive (0: 32 per device).')
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
-                           FLAGS.num_heads)
+  checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution, FLAGS.num_heads)
   mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})
   batch = FLAGS.batch or 32 * mesh.size
   if batch % mesh.size:
     raise ValueError(f'--batch={batch} is not divisible by the {mesh.size} devices.')
-  config = eval_config(load.workdir_config(FLAGS.checkpoint), loaded.resolution,
+  config = eval_config(load.workdir_config(checkpoint), loaded.resolution,
                        dataset=FLAGS.dataset, split=FLAGS.split, data_dir=FLAGS.data_dir,
                        loss=FLAGS.loss, batch=batch)
   info = sources.get_dataset_info(config)  # prepares it; one line for a bad split
@@ -97,7 +98,7 @@ def main(argv: Sequence[str]) -> None:
   if loaded.num_classes != info.num_classes:
     what = ('has no classification head (use vit_jax.fewshot for its features)'
             if not loaded.num_classes else f'has {loaded.num_classes} outputs')
-    raise ValueError(f'Checkpoint {FLAGS.checkpoint} {what}, but {config.dataset} has '
+    raise ValueError(f'Checkpoint {checkpoint} {what}, but {config.dataset} has '
                      f'{info.num_classes} classes; pass the dataset it was trained on.')
   evaluator = classification.Classification(
       'eval', ml_collections.ConfigDict({'split': info.eval_split}),
@@ -110,5 +111,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.evaluate`."""
-  common.run_command('vit_jax.evaluate', _define_flags, main,
+  errors.run_command('vit_jax.evaluate', _define_flags, main,
                      (ValueError, OSError, RuntimeError))

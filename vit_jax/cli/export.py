@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax import serving
 from vit_jax.cli import common
@@ -58,20 +59,21 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
+  checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
   # Before the (possibly large) checkpoint is read and the model lowered.
-  fileio.check_output(FLAGS.output, '--output', [('--checkpoint', FLAGS.checkpoint)])
+  fileio.check_output(FLAGS.output, '--output', [('--checkpoint', checkpoint)])
   # float32 whatever the training config said: 'auto' is bf16 + cuDNN on a GPU,
   # which would tie the artifact to that GPU and change its numbers.
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
+  loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution,
                            FLAGS.num_heads, dtype='float32')
   usage = serving.export(loaded.model, loaded.params, loaded.resolution,
                          FLAGS.format, FLAGS.output,
-                         pp=workdir_pp(FLAGS.checkpoint))
+                         pp=workdir_pp(checkpoint))
   print(f'Wrote {FLAGS.output} ({FLAGS.format}, {loaded.name}, '
         f'{loaded.resolution}px, {loaded.num_classes} classes). Run: {usage}')
 
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.export`."""
-  common.run_command('vit_jax.export', _define_flags, main, (ValueError, OSError))
+  errors.run_command('vit_jax.export', _define_flags, main, (ValueError, OSError))
 

@@ -12,9 +12,11 @@ from absl import flags
 from absl import logging
 import ml_collections
 
+from vit_jax import errors
 from vit_jax.cli import common
 from vit_jax.evaluators import base
 from vit_jax.evaluators import fewshot
+from vit_jax.inference import curves
 from vit_jax.inference import load
 from vit_jax.parallel import sharding
 
@@ -73,11 +75,12 @@ def main(argv: Sequence[str]) -> None:
       'datasets': list(FLAGS.datasets), 'shots': shots, 'seeds': FLAGS.seeds})
   evaluator = fewshot.FewShot('fewshot', options,
                               base.Context(config, loaded.model, mesh))
-  for key, value in sorted(evaluator.run(loaded.params).items()):
-    print(f'{key}: {value:.4f}')
+  results = evaluator.run(loaded.params)
+  for key in sorted(results, key=curves.metric_order):  # 1shot before 10shot
+    print(f'{key}: {results[key]:.4f}')
 
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.fewshot`."""
-  common.run_command('vit_jax.fewshot', _define_flags, main,
+  errors.run_command('vit_jax.fewshot', _define_flags, main,
                      (ValueError, OSError, RuntimeError))

@@ -10,8 +10,8 @@ from typing import Sequence
 
 from absl import app
 
+from vit_jax import errors
 from vit_jax import models
-from vit_jax.cli import common
 from vit_jax.configs import experiments
 from vit_jax.configs import recipes
 from vit_jax.data import catalog
@@ -75,4 +75,4 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.list`."""
-  common.run_command('vit_jax.list', lambda: None, main)
+  errors.run_command('vit_jax.list', lambda: None, main)

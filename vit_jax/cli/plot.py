@@ -8,7 +8,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from vit_jax.cli import common
+from vit_jax import errors
 from vit_jax.inference import curves
 
 FLAGS = flags.FLAGS
@@ -31,4 +31,4 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.plot`."""
-  common.run_command('vit_jax.plot', _define_flags, main, (ValueError, OSError))
+  errors.run_command('vit_jax.plot', _define_flags, main, (ValueError, OSError))

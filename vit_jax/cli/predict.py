@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from vit_jax import errors
 from vit_jax.cli import common
 from vit_jax.inference import labels as labels_lib
 from vit_jax.inference import load
@@ -46,9 +47,9 @@ def main(argv: Sequence[str]) -> None:
   paths = argv[1:]
   if not paths:
     raise app.UsageError('Name at least one image file.')
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
-                           FLAGS.num_heads)
-  labels, names = _class_names(FLAGS.checkpoint, loaded.num_classes)
+  path = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, path, FLAGS.resolution, FLAGS.num_heads)
+  labels, names = _class_names(path, loaded.num_classes)
   activation = FLAGS.activation
   if activation == 'auto':
     activation = 'sigmoid' if labels == 'imagenet21k' else 'softmax'
@@ -85,4 +86,4 @@ def _class_names(checkpoint: str, num_classes: int) -> tuple[Optional[str], list
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.predict`."""
-  common.run_command('vit_jax.predict', _define_flags, main, (ValueError, OSError))
+  errors.run_command('vit_jax.predict', _define_flags, main, (ValueError, OSError))

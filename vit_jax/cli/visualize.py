@@ -8,6 +8,7 @@ from typing import Sequence
 from absl import flags
 from absl import logging
 
+from vit_jax import errors
 from vit_jax.cli import common
 from vit_jax.inference import figures
 from vit_jax.inference import load
@@ -26,9 +27,9 @@ def main(argv: Sequence[str]) -> None:
   """Writes the figures of a checkpoint (and of the images named on the command line)."""
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # keep the output to the results
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
-                           FLAGS.num_heads)
-  for path in figures.write_figures(loaded, argv[1:], FLAGS.out, FLAGS.checkpoint):
+  checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution, FLAGS.num_heads)
+  for path in figures.write_figures(loaded, argv[1:], FLAGS.out, checkpoint):
     print(path)
   if not argv[1:]:
     logging.info('No images given: attention figures skipped.')
@@ -36,5 +37,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.visualize`."""
-  common.run_command('vit_jax.visualize', _define_flags, main,
+  errors.run_command('vit_jax.visualize', _define_flags, main,
                      (ValueError, OSError, ImportError))

@@ -30,6 +30,7 @@ import os
 from absl import logging as absl_logging
 import tensorflow_datasets as tfds
 
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.data import builders
 from vit_jax.data.catalog import DATASETS
@@ -176,9 +177,8 @@ def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = No
           cause = _local_cause(e)
           if cause is not None:
             raise cause from None
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PrepareError(
-            f'Could not prepare {spec.tfds_name} into {root}: {first_line}. '
+            f'Could not prepare {spec.tfds_name} into {root}: {errors.first_line(e)}. '
             f'Prepare it where the network reaches its source (tfds build '
             f'{spec.tfds_name} --data_dir={root}) or point config.data_dir at a prepared '
             'copy') from e

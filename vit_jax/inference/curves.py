@@ -1,6 +1,7 @@
 """Training curves of a work directory: loss and accuracy against step from metrics.jsonl."""
 import json
 import os
+import re
 from typing import Optional
 
 import numpy as np
@@ -70,6 +71,11 @@ def read_metrics(workdir: str) -> list[dict]:
   return read_records(workdir)[0]
 
 
+def metric_order(name: str) -> list:
+  """Sort key of metric names with numbers in numeric order (1shot, 5shot, 10shot, 25shot)."""
+  return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name)]
+
+
 def series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
   """(steps, values) of one metric; a resumed run's repeated steps keep the last value."""
   by_step = {int(r['step']): float(r[key]) for r in records
@@ -80,7 +86,7 @@ def series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
 
 def render_curves(records: list[dict], title: str) -> np.ndarray:
   """uint8 [H, W, 3]: losses (left, log scale) and accuracies (right) against step."""
-  keys = sorted({k for r in records for k in r})
+  keys = sorted({k for r in records for k in r}, key=metric_order)
   losses = ['train_loss'] + [k for k in keys if k.startswith('loss_')]
   accuracies = [k for k in keys if k.startswith('accuracy_') or k.startswith('fewshot/')]
   fig = figures.new_figure(9, 3.6)

@@ -6,6 +6,8 @@ from PIL import Image
 from PIL import ImageOps
 from PIL import UnidentifiedImageError
 
+from vit_jax import errors
+
 
 # 16-bit grayscale PNGs open in these modes; PIL's RGB conversion would clip them to
 # 255 (almost all white), so they are scaled as TensorFlow's PNG decoder does.
@@ -38,7 +40,6 @@ def load_image(path: str, resolution: int) -> np.ndarray:
         return _wide_gray(img, resolution)
       img = img.convert('RGB').resize((resolution, resolution), Image.BILINEAR)
   except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise ValueError(f'Cannot read image {path} ({reason}); pass a valid JPEG or '
+    raise ValueError(f'Cannot read image {path} ({errors.first_line(e)}); pass a valid JPEG or '
                      'PNG file.') from None
   return np.asarray(img, np.float32) / 127.5 - 1.0

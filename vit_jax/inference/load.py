@@ -19,12 +19,14 @@ import ml_collections
 import numpy as np
 
 from vit_jax import checkpoint
+from vit_jax import fileio
 from vit_jax import models
 from vit_jax.models import families
 from vit_jax.models import formats
 from vit_jax.models import from_config
 
 CONFIG_FILE = 'config.json'
+PARAMS_FILE = 'params.npz'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,25 @@ def model_stride(model: nn.Module) -> int:
   probe = 32 * patch
   tokens = models.family_of(model).patch_tokens(model, _abstract_params(model, probe))
   return probe // math.isqrt(tokens)
+
+
+def resolve_checkpoint(path: str) -> str:
+  """The checkpoint a --checkpoint names: `~` is home, a vit_jax workdir its params.npz.
+
+  A work directory holds params.npz beside its config.json (which a transformers
+  directory also has, of another kind); one whose run has not finished is an error.
+  """
+  path = os.path.expanduser(os.fspath(path))
+  if fileio.is_remote(path) or not os.path.isdir(path):
+    return path
+  params = os.path.join(path, PARAMS_FILE)
+  if os.path.isfile(params) and os.path.isfile(os.path.join(path, CONFIG_FILE)):
+    return params
+  if any(os.path.exists(os.path.join(path, f)) for f in ('checkpoints', 'metrics.jsonl')):
+    raise ValueError(f'{path} is a vit_jax work directory without {PARAMS_FILE}: its run '
+                     'has not finished. Run it to the end (the same command resumes it), '
+                     'then pass the directory again.')
+  return path
 
 
 def workdir_config_path(checkpoint_path: str) -> str:
@@ -130,13 +151,15 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
                **overrides: Any) -> LoadedModel:
   """Builds `model_name` to fit the checkpoint at `checkpoint_path` (head, pre-logits, grid).
 
-  The checkpoint is an .npz, a timm state dict or a transformers directory.
+  The checkpoint is an .npz, a timm state dict, a transformers directory or a vit_jax
+  work directory (its params.npz).
   Without `model_name`, the model (preset and overrides) comes from the config.json of
   the workdir holding the checkpoint. `resolution` (default: the checkpoint's)
   re-grids learned position embeddings; `num_heads` is the head count a timm state
   dict does not record (needed where no preset has its size); `overrides` go to
   models.get_model (e.g. dtype='bfloat16').
   """
+  checkpoint_path = resolve_checkpoint(checkpoint_path)
   if formats.is_other_format(checkpoint_path):
     # timm / transformers: the file (or model_name, checked) gives the model.
     read = formats.read(checkpoint_path, model=model_name, num_heads=num_heads,

@@ -121,8 +121,9 @@ def initialize(coordinator_address: str | None = None,
                                local_device_ids=local_device_ids)
   except RuntimeError as e:
     if 'must be called before' in str(e):
-      raise RuntimeError('vit_jax.distributed.initialize() must run before any other '
-                         'jax use (it is the first thing main.py does).') from None
+      raise RuntimeError('vit_jax.parallel.distributed.initialize() must run before any '
+                         'other jax use (it is the first thing python -m vit_jax.main '
+                         'does).') from None
     raise
   except ValueError as e:
     raise ValueError(f'jax.distributed could not configure itself ({e}); set '

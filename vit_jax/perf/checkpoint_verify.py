@@ -20,7 +20,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from vit_jax.cli import common
+from vit_jax import errors
 from vit_jax.train import checkpointer
 from vit_jax.train import integrity
 
@@ -96,4 +96,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   # Its flags are defined above, at import.
-  common.run_command('vit_jax.perf.checkpoint_verify', lambda: None, main)
+  errors.run_command('vit_jax.perf.checkpoint_verify', lambda: None, main)

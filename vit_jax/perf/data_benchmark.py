@@ -16,7 +16,7 @@ import time
 
 from absl import flags
 
-from vit_jax.cli import common
+from vit_jax import errors
 from vit_jax.configs import base
 from vit_jax.data import pipeline
 
@@ -81,4 +81,4 @@ def main(argv) -> None:
 
 if __name__ == '__main__':
   # Its flags are defined above, at import.
-  common.run_command('vit_jax.perf.data_benchmark', lambda: None, main)
+  errors.run_command('vit_jax.perf.data_benchmark', lambda: None, main)

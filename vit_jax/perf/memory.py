@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_flags
 
-from vit_jax.cli import common
+from vit_jax import errors
 from vit_jax.configs import base
 from vit_jax.configs import recipes
 from vit_jax.models import from_config
@@ -184,4 +184,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   # Its flags are defined above, at import.
-  common.run_command('vit_jax.perf.memory', lambda: None, main)
+  errors.run_command('vit_jax.perf.memory', lambda: None, main)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.models import resnet
 from vit_jax.models.formats import MissingDependencyError
@@ -67,9 +68,8 @@ def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
                              output_names=['logits'])
     data = proto.SerializeToString()
   except Exception as e:  # pylint: disable=broad-except  # converter errors vary
-    text = str(e).strip().splitlines()
     raise ValueError(f'jax2onnx cannot convert this model: '
-                     f'{type(e).__name__}: {text[0] if text else ""}') from None
+                     f'{type(e).__name__}: {errors.first_line(e, None)}') from None
   probe = np.random.default_rng(0).uniform(
       -1, 1, (2, resolution, resolution, 3)).astype(np.float32)
   session = ort.InferenceSession(data, providers=['CPUExecutionProvider'])

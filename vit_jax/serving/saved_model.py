@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.data import preprocess
 
@@ -95,9 +96,8 @@ def _save(module: Any, path: str, parent: str, signatures: dict) -> None:
     try:
       tf.saved_model.save(module, tmp, signatures=signatures)
     except (ValueError, TypeError, NotImplementedError, tf.errors.OpError) as e:
-      text = str(e).strip().splitlines()
       raise ValueError('jax2tf cannot convert this model to a SavedModel: '
-                       f'{type(e).__name__}: {text[0] if text else ""}') from None
+                       f'{type(e).__name__}: {errors.first_line(e, None)}') from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)

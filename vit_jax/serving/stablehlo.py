@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.serving import common
 
@@ -22,9 +23,8 @@ def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
     exported = jax.export.export(jax.jit(common.inference_fn(model, params)),
                                  platforms=tuple(platforms))(spec)
   except Exception as e:  # pylint: disable=broad-except  # lowering errors vary
-    text = str(e).strip().splitlines()
     raise ValueError(f'jax.export cannot lower the model for {platforms}: '
-                     f'{text[0] if text else type(e).__name__}') from None
+                     f'{errors.first_line(e, None)}') from None
   data = exported.serialize()
   directory = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(directory):

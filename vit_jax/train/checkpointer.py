@@ -17,6 +17,7 @@ import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.train import integrity
 
@@ -30,11 +31,6 @@ class CheckpointMismatchError(ValueError):
 
 class NoGoodCheckpointError(ValueError):
   """Every checkpoint of the workdir failed verification or restore."""
-
-
-def _first_line(e: BaseException) -> str:
-  text = str(e).strip()
-  return (text.splitlines()[0][:200] if text else type(e).__name__)
 
 
 def _legacy_target(saved: Any, abstract_state: Any) -> Optional[dict]:
@@ -193,7 +189,7 @@ class StateCheckpointer:
       saved = self._manager.item_metadata(step)
       saved = getattr(saved, 'tree', saved)
     except Exception as e:  # pylint: disable=broad-except  (orbax/tensorstore errors)
-      return None, f'unreadable metadata: {_first_line(e)}'
+      return None, f'unreadable metadata: {errors.first_line(e)}'
     if saved is None:
       return None, 'unreadable metadata'
     target = _legacy_target(saved, abstract_state)
@@ -205,7 +201,7 @@ class StateCheckpointer:
         state = abstract_state.replace(**self._manager.restore(
             step, args=ocp.args.StandardRestore(target)))
     except Exception as e:  # pylint: disable=broad-except  (orbax/tensorstore errors)
-      return None, f'restore failed: {_first_line(e)}'
+      return None, f'restore failed: {errors.first_line(e)}'
     leaf = integrity.non_finite_leaf(state)
     if leaf is not None:
       return None, f'{leaf} holds NaN or Inf'

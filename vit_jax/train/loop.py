@@ -4,10 +4,13 @@
 sharded train state, runs the jitted step over the input stream and, each at its
 cadence, logs, evaluates (config.evals), checkpoints, and at the end exports params.npz
 (plus <objective>_params.npz for what a self-supervised objective trains beside the model).
+A finished run started again returns the final metrics it recorded; a run that fails
+before its first step leaves the workdir as it found it (vit_jax.train.workdir).
 """
 import contextlib
 import logging
 import os
+import signal
 import time
 from typing import Any, Optional
 
@@ -36,6 +39,7 @@ from vit_jax.train import schedules
 from vit_jax.train import step as step_lib
 from vit_jax.train import timing
 from vit_jax.train import validate
+from vit_jax.train import workdir as workdir_lib
 from vit_jax.train import writers
 
 PARAMS_FILE = 'params.npz'
@@ -50,6 +54,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        devices: Optional[list] = None) -> dict:
   """Trains (resuming from workdir if it holds checkpoints) and returns final metrics.
 
+  A workdir whose run is finished is left as it is: its recorded final metrics come back.
   `devices` restricts the mesh to some of the local devices (tests, notebooks).
   """
   mesh = sharding.make_mesh(config.mesh, devices)
@@ -59,23 +64,48 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   objective = objectives.make(config, model)
   schedule = schedules.make(config)
   tx = optimizers.make(config, schedule)
-  prepare_workdir(workdir)
-  ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints,
-                                        verify=config.checkpoint_verify)
+  with workdir_lib.UndoUntilFirstStep(workdir) as undo:
+    workdir_lib.prepare(workdir)
+    ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints,
+                                          verify=config.checkpoint_verify)
+    try:
+      # Run again as it was: nothing to do. A changed config is checked and recorded.
+      if not changes.fields and finished(ckpt, workdir, config.total_steps):
+        return final_metrics(workdir, config.total_steps)
+      return _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
+                    changes, undo.started)
+    finally:
+      ckpt.close()  # also on errors: orbax's threads must not outlive the run
+
+
+def finished(ckpt: checkpointer.StateCheckpointer, workdir: str, total_steps: int) -> bool:
+  """Whether workdir holds a completed run: the last step checkpointed, params.npz written."""
+  return (ckpt.latest_step() == total_steps and
+          epath.Path(workdir, PARAMS_FILE).exists())
+
+
+def final_metrics(workdir: str, total_steps: int) -> dict:
+  """The metrics a finished run wrote at its last step (from metrics.jsonl), logged."""
   try:
-    return _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
-                  changes)
-  finally:
-    ckpt.close()  # also on errors: orbax's threads must not outlive the run
+    records = writers.read_metrics(workdir)
+  except (OSError, ValueError):  # a missing or damaged metrics.jsonl: no numbers to show
+    records = []
+  final = {}
+  for record in records:
+    if record.get('step') == total_steps:
+      final.update(record)
+  logging.info('%s holds a finished run (step %d of %d, %s written): nothing to do. '
+               'Final metrics: %s. Raise --config.total_steps to train on, or use '
+               'another --workdir.', workdir, total_steps, total_steps, PARAMS_FILE,
+               writers.format_scalars(final) or 'none recorded')
+  return {**final, 'step': total_steps}
 
 
 def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
-           changes) -> dict:
+           changes, started) -> dict:
   """The loop of train_and_evaluate, from the initial state to params.npz."""
   run_config = resolved_config(config, info.num_classes)  # what config.json records
-  state, shardings, start = _initial_state(run_config, mesh, objective, tx, ckpt, workdir)
-  if start and jax.process_index() == 0:
-    resume.record(run_config, workdir, changes, start)
+  state, shardings, start = _initial_state(run_config, mesh, objective, tx, ckpt)
   step_fn = step_lib.jit_train_step(step_lib.make_train_step(
       objective, tx, config.accum_steps, schedule, ema.make_update(config)), mesh,
                                     shardings)
@@ -85,12 +115,15 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   monitor = _Monitor(config, objective, writer, ckpt)
   _log_start(config, info, mesh, state, start)
   final = {}
-  with preemption.SignalFlag() as sigterm:
+  with preemption.SignalFlag() as stop:
     batches = pipeline.make_train_iterator(config, mesh, start_step=start)
     for step in range(start + 1, config.total_steps + 1):
       state, metrics = step_fn(state, next(batches))
       is_last = step == config.total_steps
       monitor.after_step(step, metrics, is_last)
+      if step == start + 1:  # the run has begun: its config is recorded
+        _record_config(run_config, workdir, changes, start)
+        started()
       due = [e for e in evals if e.due(step, is_last)]
       if due:
         with monitor.paused(state):  # evaluation and checkpoints stay out of img/s
@@ -100,7 +133,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
             if ema.enabled(config) and config.ema_eval:
               final.update(_evaluate(e, objective.model_params(ema.params_of(state.extra)),
                                      step, writer, suffix=ema.SUFFIX))
-      preempted = sigterm.raised or ckpt.reached_preemption(step)
+      preempted = stop.raised or ckpt.reached_preemption(step)
       if is_last or preempted or (config.checkpoint_every and
                                   step % config.checkpoint_every == 0):
         with monitor.paused(state):
@@ -109,9 +142,11 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
       if preempted:
         ckpt.close()
         writer.flush()
-        raise preemption.Preempted(
-            f'Preempted at step {step}: checkpoint saved in {ckpt.directory}; run '
-            'the same command again to resume.')
+        raise preemption.Preempted(step, ckpt.directory,
+                                   stop.signum or signal.SIGTERM)
+  if start == config.total_steps:  # stopped while exporting: only the export is left
+    _record_config(run_config, workdir, changes, start)
+    started()
   ckpt.close()
   _export(objective.model_params(state.params), workdir, PARAMS_FILE)
   if ema.enabled(config):  # the averaged weights, fine-tunable like params.npz
@@ -131,20 +166,18 @@ def resolved_config(config: ml_collections.ConfigDict,
   return out
 
 
-def prepare_workdir(workdir: str) -> None:
-  """Creates the workdir and proves it is writable, with a one-line error if not."""
-  probe = epath.Path(workdir, f'.write_probe_{jax.process_index()}')
-  try:
-    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-    probe.write_text('ok')
-    probe.unlink()
-  except Exception as e:  # pylint: disable=broad-except  (OSError, GCS errors)
-    reason = getattr(e, 'strerror', None) or str(e).splitlines()[0][:200]
-    raise ValueError(f'--workdir={workdir} is not writable ({reason}); '
-                     'choose a directory you can write to.') from None
+def _record_config(config: ml_collections.ConfigDict, workdir: str,
+                   changes: resume.Changes, start: int) -> None:
+  """Writes config.json (a new run) or records the config's changes (a resume)."""
+  if jax.process_index() != 0:
+    return
+  if start:
+    resume.record(config, workdir, changes, start)
+  else:
+    epath.Path(workdir, CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
 
 
-def _initial_state(config, mesh, objective, tx, ckpt, workdir) -> tuple[Any, Any, int]:
+def _initial_state(config, mesh, objective, tx, ckpt) -> tuple[Any, Any, int]:
   """(state, its shardings, first step): resumed, or created sharded (+ pretrained)."""
   rng = jax.random.PRNGKey(config.seed)
   image_shape = (1, config.pp.crop, config.pp.crop, 3)
@@ -172,8 +205,6 @@ def _initial_state(config, mesh, objective, tx, ckpt, workdir) -> tuple[Any, Any
     extra = jax.jit(lambda p: ema.init_extra(config, p), out_shardings=shardings.extra)(params)
     state = state.replace(params=params, opt_state=opt_state, extra=extra)
     logging.info('Initialised parameters from %s.', path)
-  if jax.process_index() == 0:
-    epath.Path(workdir, CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
   return state, shardings, 0
 
 
@@ -197,9 +228,7 @@ def _evaluate(scheduled: evaluators.base.Scheduled, params: Any, step: int,
   images = {f'{k}{suffix}': v for k, v in images.items()}
   if scalars:
     writer.write_scalars(step, scalars)
-    logging.info('step %d: %s', step, ' '.join(
-        f'{k} {v:.4f}' if isinstance(v, float) else f'{k} {v}'
-        for k, v in scalars.items()))
+    logging.info('step %d: %s', step, writers.format_scalars(scalars))
   if images:
     writer.write_images(step, images)
   return scalars

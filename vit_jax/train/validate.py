@@ -14,6 +14,7 @@ import jax
 import ml_collections
 
 from vit_jax import evaluators
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.configs import base
 from vit_jax.data import catalog
@@ -90,7 +91,7 @@ def check_remote_checkpoint(path: str) -> None:
     reason = 'not found'
   except Exception as e:  # pylint: disable=broad-except  (no network, no credentials)
     found = False
-    reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+    reason = errors.first_line(e, 160)
   if found:
     return
   how = ''

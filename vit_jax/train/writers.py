@@ -70,6 +70,13 @@ def make_writer(workdir: str,
       [default, JsonlWriter(os.path.join(workdir, METRICS_FILE))])
 
 
+def format_scalars(scalars: Mapping[str, Any]) -> str:
+  """'name value ...' for a log line: floats to 4 decimals, the rest as plain numbers."""
+  values = {k: _to_python(v) for k, v in scalars.items()}  # np.int64(5) prints as 5
+  return ' '.join(f'{k} {v:.4f}' if isinstance(v, float) else f'{k} {v}'
+                  for k, v in values.items())
+
+
 def read_metrics(workdir: str) -> list[dict]:
   """Reads metrics.jsonl back (for tests, notebooks and tools)."""
   text = epath.Path(workdir, METRICS_FILE).read_text()

@@ -15,7 +15,7 @@ Unreadable images are skipped and counted, never fatal: while preparing, each fi
 open with PIL as JPEG or PNG (a JPEG must also end with its end-of-image marker, which
 catches truncated downloads). The first ten skipped files are logged by name, the count per
 split after it, and every skipped path is stored in the prepared dataset's metadata
-(`info.metadata['skipped_files']`; vit_jax.datasets reports the count as `skipped_files`).
+(`info.metadata['skipped_files']`; vit_jax.data.sources reports the count as `skipped_files`).
 
 `imagenet21k`: the ImageNet-21k release (fall11_whole.tar or winter21_whole.tar.gz) from
 local files. Prepare the manual dir as `<manual_dir>/imagenet21k/<wnid>/*.JPEG`, i.e. one
@@ -38,6 +38,8 @@ from absl import logging
 from etils import epath
 from PIL import Image
 import tensorflow_datasets as tfds
+
+from vit_jax import errors
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 _LOGGED_SKIPS = 10
@@ -159,7 +161,7 @@ def _examples(folder: str, classes: dict[str, list[str]], class_names, skipped: 
   if not yielded and first_problem:
     raise UnreadableFolderError(
         f'No readable image in {folder}: all {len(skipped) - skipped_before} files are '
-        f'unreadable (first: {first_problem.splitlines()[0][:200]}); replace them with '
+        f'unreadable (first: {errors.first_line(first_problem)}); replace them with '
         'valid JPEG or PNG files.')
   if len(skipped) > skipped_before:
     logging.warning('%s: skipped %d unreadable image(s)', folder,

@@ -32,6 +32,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax import models
 from vit_jax.models.formats import hf
@@ -66,11 +67,6 @@ class Checkpoint:
 
 # ----------------------------------------------------------------------------
 # Paths and formats.
-
-
-def _first_line(e: BaseException) -> str:
-  text = str(e).strip().splitlines()
-  return text[0] if text else type(e).__name__
 
 
 def _sniff(path: str) -> Optional[str]:
@@ -173,7 +169,7 @@ def _safetensors_keys(path: str) -> list[str]:
       return list(f.keys())
   except Exception as e:  # pylint: disable=broad-except  # SafetensorError is no public class
     raise ValueError(f'Checkpoint {path} is truncated or not a safetensors file '
-                     f'({_first_line(e)}); download or write it again.') from None
+                     f'({errors.first_line(e, None)}); download or write it again.') from None
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -187,7 +183,7 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     return _read_safetensors_raw(path)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f'Checkpoint {path} is truncated or corrupt '
-                     f'({_first_line(e)}); download or write it again.') from None
+                     f'({errors.first_line(e, None)}); download or write it again.') from None
 
 
 def _read_safetensors_raw(path: str) -> dict[str, np.ndarray]:
@@ -235,11 +231,11 @@ def _read_torch(path: str) -> dict[str, np.ndarray]:
   except pickle.UnpicklingError as e:
     raise ValueError(f'Checkpoint {path} holds pickled Python objects, not just '
                      'tensors; refusing to unpickle it (torch.load(weights_only='
-                     f'True): {_first_line(e)[:80]}). Save model.state_dict() '
+                     f'True): {errors.first_line(e, None)[:80]}). Save model.state_dict() '
                      'instead.') from None
   except Exception as e:  # pylint: disable=broad-except  # torch raises RuntimeError, EOFError, ...
     raise ValueError(f'Checkpoint {path} is truncated or not a torch checkpoint '
-                     f'({type(e).__name__}: {_first_line(e)[:120]}); download or '
+                     f'({type(e).__name__}: {errors.first_line(e, None)[:120]}); download or '
                      'write it again.') from None
   if isinstance(obj, Mapping):
     for key in _WRAPPERS:
@@ -498,7 +494,7 @@ def _read_json(path: str) -> dict:
     with open(path) as f:
       data = json.load(f)
   except (OSError, ValueError) as e:
-    raise ValueError(f'{path} is not readable JSON ({_first_line(e)}).') from None
+    raise ValueError(f'{path} is not readable JSON ({errors.first_line(e, None)}).') from None
   if not isinstance(data, dict):
     raise ValueError(f'{path} is not a JSON object.')
   return data

@@ -1,0 +1,70 @@
+"""One-line errors: the first line of an exception's message, and commands that report them.
+
+Every command (`python -m vit_jax.<command>`, the perf tools) runs through run_command, so
+a user's mistake is one line `prog: error: ...` with exit status 2, never a traceback.
+"""
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+
+
+def first_line(error: BaseException | str, limit: int | None = 200) -> str:
+  """The first line of an error's message, at most `limit` characters (None: all).
+
+  An exception without a message gives its type's name, so the line is never empty.
+  """
+  lines = str(error).strip().splitlines()
+  if not lines:
+    return type(error).__name__ if isinstance(error, BaseException) else ''
+  return lines[0].strip()[:limit]
+
+
+def list_flags_in_help(fv: flags.FlagValues = flags.FLAGS) -> None:
+  """Makes `--help` list every flag the package defined, wherever it was defined.
+
+  absl's --help shows only the key flags of the file named by sys.argv[0] (the thin
+  `vit_jax/<command>.py` entry point, which defines none); --helpfull adds the
+  libraries' flags too.
+  """
+  for module, module_flags in fv.flags_by_module_dict().items():
+    if module.startswith('vit_jax') or '/vit_jax/' in module:
+      for flag in module_flags:
+        fv.register_key_flag_for_module(sys.argv[0], flag)
+
+
+# The exit status of every user error (a bad flag, path or file), as vit_jax.main's.
+USER_ERROR = 2
+
+
+class _Usage(ValueError):
+  """A wrong command line, reported like every other user error."""
+
+
+def run_command(prog: str, define_flags: Callable[[], None], main_fn: Callable,
+                errors: tuple = (ValueError, OSError)) -> None:
+  """Runs an absl main with one-line errors (`prog: error: ...`, exit 2) instead of tracebacks."""
+  define_flags()
+  list_flags_in_help()
+
+  def main(argv):
+    try:
+      return main_fn(argv)
+    except app.UsageError as e:
+      # absl would print the whole module docstring before the error.
+      raise _Usage(f'{e}; see {prog} --help.') from None
+
+  def parse(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:  # a missing or malformed flag
+      problems = '; '.join(str(e).strip().splitlines())
+      print(f'{prog}: error: {problems}; see {prog} --help.', file=sys.stderr)
+      sys.exit(USER_ERROR)
+
+  try:
+    app.run(main, flags_parser=parse)
+  except (_Usage,) + tuple(errors) as e:
+    print(f'{prog}: error: {e}', file=sys.stderr)
+    sys.exit(USER_ERROR)
