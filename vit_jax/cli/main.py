@@ -97,11 +97,12 @@ def _one_line(text: str) -> str:
   missing = re.search(r"No such file or directory: '([^']+)'", text)
   if missing:
     return f'config file {missing.group(1)!r} does not exist.'
-  bad_value = re.search(r'IllegalFlagValueError: flag (--\S+: .+)', text)
-  if bad_value:  # names the flag, which the underlying error does not
-    return bad_value.group(1)
   found = re.findall(r'\b[A-Z]\w*Error: (.+)', text)
-  return found[-1].strip() if found else errors.first_line(text, None)
+  cause = found[-1].strip() if found else errors.first_line(text, None)
+  bad_value = re.search(r'IllegalFlagValueError: flag (--\S+: .+)', text)
+  if bad_value and bad_value.group(1).endswith(cause):
+    return bad_value.group(1)  # the same cause, with the flag it came from
+  return cause
 
 
 def shipped_config(argv: list[str]) -> list[str]:
