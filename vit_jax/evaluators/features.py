@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 from flax import traverse_util
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 import ml_collections
 import numpy as np
@@ -304,7 +305,7 @@ def _block_outputs(model: nn.Module, params: Mapping[str, Any],
   outputs = {k[-2]: v[0] for k, v in flat.items()
              if k[-1] == '__call__' and _BLOCK.fullmatch(k[-2])}
   order = sorted(outputs, key=lambda name: int(name.rpartition('_')[2]))
-  return jax.numpy.stack([outputs[name] for name in order]).astype(jax.numpy.float32)
+  return jnp.stack([outputs[name] for name in order]).astype(jnp.float32)
 
 
 # ----------------------------------------------------------------------------
