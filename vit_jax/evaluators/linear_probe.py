@@ -131,7 +131,8 @@ def linear_probe_accuracy(train: tuple[np.ndarray, np.ndarray],
              == y[val]).mean() for wd in decays]
     # Ties go to the strongest regularisation, the safer choice.
     best = decays[len(decays) - 1 - int(np.argmax(accs[::-1]))]
-    logging.info('linear probe: held-out accuracy %s per weight decay %s', accs, decays)
+    logging.info('linear probe: held-out accuracy %s per weight decay %s',
+                 [round(float(a), 4) for a in accs], decays)
   classifier = fit_linear(x, y, num_classes, best, steps)
   return float((classifier.predict(test[0]) == np.asarray(test[1])).mean()), best
 
