@@ -16,7 +16,8 @@ ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.
 ENTRY = {'__init__': (), 'main': ('cli',), 'predict': ('cli',),
          'visualize': ('cli',), 'fewshot': ('cli',), 'convert': ('cli',),
-         'export': ('cli',), 'plot': ('cli',), 'evaluate': ('cli',), 'list': ('cli',)}
+         'export': ('cli',), 'plot': ('cli',), 'evaluate': ('cli',), 'list': ('cli',),
+         'analyze': ('cli',)}
 
 
 def _stage(module: str) -> str:

@@ -133,6 +133,10 @@ class CommandsTest(absltest.TestCase):
         'fewshot on an unknown dataset': (
             ['vit_jax.fewshot', f'--checkpoint={TIMM}', '--num_heads=2',
              '--datasets=nosuch'], "Unknown dataset 'nosuch'"),
+        'analyze into a path below a file': (
+            ['vit_jax.analyze', f'--checkpoint={TIMM}', '--num_heads=2',
+             '--dataset=mnist5k', f'--out={afile}/analysis'],
+            f'{afile} is a file, not a directory'),
         'evaluate a file that names no dataset': (
             ['vit_jax.evaluate', f'--checkpoint={TIMM}', '--num_heads=2'],
             '--dataset is needed'),
@@ -287,6 +291,12 @@ class ConfigCheckTest(absltest.TestCase):
             {'evals.fewshot.every': 2,
              'evals.fewshot.datasets': ('mnist5k|train|test[200%:]',)},
             r"config.evals.fewshot.datasets 'mnist5k\|train\|test\[200%:\]': split="),
+        'knn dataset': (
+            {'evals.knn.every': 2, 'evals.knn.datasets': ('nosuch',)},
+            r"config.evals.knn.datasets: Unknown dataset 'nosuch'"),
+        'linear probe weight decays': (
+            {'evals.linear.every': 2, 'evals.linear.weight_decays': (-1.0,)},
+            r'config.evals.linear.weight_decays=\(-1.0,\)'),
         'classification split': (
             {'evals.test.every': 2, 'evals.test.split': 'test[200%:]'},
             r"config.evals.test.split='test\[200%:\]': Bad split .* boundaries"),

@@ -10,6 +10,7 @@ import numpy as np
 
 from tests import tiny_trained
 from vit_jax.evaluators import base
+from vit_jax.evaluators import features
 from vit_jax.evaluators import fewshot
 from vit_jax.inference import curves
 from vit_jax.inference import load
@@ -138,7 +139,7 @@ class EvaluatorTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'Bad split'):
       self._evaluator(datasets=('mnist5k|train|nope',)).run(self.loaded.params)
     with self.assertRaisesRegex(ValueError, 'name|train_split|test_split'):
-      fewshot.parse_dataset('mnist5k|train')
+      features.parse_dataset('mnist5k|train')
 
   def test_metric_names(self):
     self.assertEqual(fewshot.metric_name('fewshot', 'synthetic/small', 5),

@@ -136,6 +136,9 @@ class TrainedModelTest(absltest.TestCase):
         # named after their input files.
         'attention_rollout_chelsea.png': (1000, 380),
         'attention_rollout_coffee.png': (1000, 380),
+        # DINO's picture: the input and the class token's attention of 4 heads.
+        'class_attention_chelsea.png': (1010, 300),
+        'class_attention_coffee.png': (1010, 300),
         'posemb_similarity.png': (560, 500),
         'embedding_filters.png': (600, 420),
         'attention_distance.png': (400, 440),

@@ -7,7 +7,13 @@ import functools
 import os
 import tempfile
 
+import jax
+import numpy as np
+
+from vit_jax import checkpoint
 from vit_jax import configs
+from vit_jax import models
+from vit_jax.models import from_config
 from vit_jax.train import loop
 
 MODEL_NAME = 'testing'
@@ -54,3 +60,25 @@ def trained() -> tuple[str, str, dict]:
   workdir = os.path.join(root, 'work')
   result = loop.train_and_evaluate(config(data_dir), workdir)
   return os.path.join(workdir, loop.PARAMS_FILE), data_dir, result
+
+
+@functools.lru_cache(maxsize=None)
+def untrained(seed: int = 0) -> tuple[str, str]:
+  """(work directory, TFDS data dir) of the same tiny ViT, randomly initialised.
+
+  The directory holds what a finished run leaves for the checkpoint commands
+  (params.npz beside config.json), without the 30 s of training.
+  """
+  root = tempfile.mkdtemp(prefix='vit_jax_untrained_')
+  data_dir = os.path.join(root, 'tfds')
+  workdir = os.path.join(root, 'work')
+  c = config(data_dir)
+  model = models.get_model(c.model_name, **from_config.model_kwargs(
+      c.model_name, c.model, num_classes=10))
+  params = model.init(jax.random.PRNGKey(seed), np.zeros((1, 28, 28, 3), np.float32))
+  os.makedirs(workdir)
+  checkpoint.save(jax.device_get(params['params']),
+                  os.path.join(workdir, loop.PARAMS_FILE))
+  with open(os.path.join(workdir, loop.CONFIG_FILE), 'w') as f:
+    f.write(c.to_json_best_effort(indent=2))
+  return workdir, data_dir

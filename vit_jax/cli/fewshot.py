@@ -1,9 +1,13 @@
-r"""Few-shot linear-probe accuracy of a checkpoint (vit_jax.evaluators.fewshot).
+r"""Probes of a checkpoint's frozen features: few-shot, k-NN and a linear probe.
 
   python -m vit_jax.fewshot --model=ViT-B_16 --checkpoint=params.npz \
       --datasets=mnist5k,digits --shots=1,5,10,25 --seeds=3
+  python -m vit_jax.fewshot --checkpoint=/tmp/ssl_mae --probes=fewshot,knn,linear_probe
 
---random_init=SEED probes the same architecture from random weights (a baseline).
+--probes picks the evaluators (vit_jax.evaluators: fewshot, knn, linear_probe); each
+prints its metrics (fewshot/<dataset>_<k>shot, knn/<dataset>_top1,
+linear/<dataset>_top1). --random_init=SEED probes the same architecture from random
+weights (a baseline).
 """
 from typing import Optional, Sequence
 
@@ -16,11 +20,16 @@ from vit_jax import errors
 from vit_jax.cli import common
 from vit_jax.evaluators import base
 from vit_jax.evaluators import fewshot
+from vit_jax.evaluators import knn
+from vit_jax.evaluators import linear_probe
 from vit_jax.inference import curves
 from vit_jax.inference import load
 from vit_jax.parallel import sharding
 
 FLAGS = flags.FLAGS
+# --probes name -> (evaluator class, metric prefix).
+PROBES = {'fewshot': (fewshot.FewShot, 'fewshot'), 'knn': (knn.KNN, 'knn'),
+          'linear_probe': (linear_probe.LinearProbe, 'linear')}
 
 
 def _define_flags() -> None:
@@ -32,6 +41,13 @@ def _define_flags() -> None:
                        "checkpoint's.")
   flags.DEFINE_integer('batch', 0, 'Batch size; 0: 8 per device.')
   flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
+  flags.DEFINE_list('probes', ['fewshot'], 'Probes to run: fewshot, knn, linear_probe.')
+  flags.DEFINE_integer('knn_k', knn.DEFAULT_K, 'Neighbours of the k-NN probe.')
+  flags.DEFINE_float('knn_temperature', knn.DEFAULT_TEMPERATURE,
+                     'Temperature of the k-NN vote weights exp(similarity / T).')
+  flags.DEFINE_list('weight_decays', [str(w) for w in linear_probe.DEFAULT_WEIGHT_DECAYS],
+                    'Weight decays the linear probe chooses from (on held-out '
+                    'training examples).')
   flags.DEFINE_integer('random_init', None, "Probe the checkpoint's architecture "
                        'freshly initialised with this seed instead of its weights: '
                        'the baseline a pre-training run should beat.')
@@ -54,7 +70,7 @@ def fewshot_config(resolution: int, batch: int,
 
 
 def main(argv: Sequence[str]) -> None:
-  """Prints the few-shot accuracies of a checkpoint."""
+  """Prints the probes' accuracies of a checkpoint."""
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # keep the output to the results
   if len(argv) > 1:
@@ -64,6 +80,23 @@ def main(argv: Sequence[str]) -> None:
   except ValueError:
     raise ValueError(f'--shots={",".join(FLAGS.shots)}: use integers, e.g. '
                      '1,5,10,25.') from None
+  try:
+    decays = [float(w) for w in FLAGS.weight_decays]
+  except ValueError:
+    raise ValueError(f'--weight_decays={",".join(FLAGS.weight_decays)}: use numbers, '
+                     'e.g. 1e-4,1e-3,1e-2.') from None
+  unknown = [p for p in FLAGS.probes if p not in PROBES]
+  if unknown or not FLAGS.probes:
+    raise ValueError(f'--probes={",".join(FLAGS.probes)}: use some of '
+                     f'{", ".join(PROBES)}.')
+  if FLAGS.knn_k < 1:
+    raise ValueError(f'--knn_k={FLAGS.knn_k}: use an integer >= 1 (DINO: 20).')
+  if FLAGS.knn_temperature <= 0:
+    raise ValueError(f'--knn_temperature={FLAGS.knn_temperature}: use a number > 0 '
+                     '(DINO: 0.07).')
+  if any(w < 0 for w in decays) or not decays:
+    raise ValueError(f'--weight_decays={",".join(FLAGS.weight_decays)}: use numbers '
+                     '>= 0.')
   loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
                            FLAGS.num_heads)
   if FLAGS.random_init is not None:
@@ -72,10 +105,17 @@ def main(argv: Sequence[str]) -> None:
   config = fewshot_config(loaded.resolution, FLAGS.batch or 8 * mesh.size,
                           FLAGS.data_dir)
   options = ml_collections.ConfigDict({
-      'datasets': list(FLAGS.datasets), 'shots': shots, 'seeds': FLAGS.seeds})
-  evaluator = fewshot.FewShot('fewshot', options,
-                              base.Context(config, loaded.model, mesh))
-  results = evaluator.run(loaded.params)
+      'datasets': list(FLAGS.datasets), 'shots': shots, 'seeds': FLAGS.seeds,
+      'k': FLAGS.knn_k, 'temperature': FLAGS.knn_temperature,
+      'weight_decays': decays})
+  context = base.Context(config, loaded.model, mesh)
+  for probe in dict.fromkeys(FLAGS.probes):  # every check before any run
+    cls, prefix = PROBES[probe]
+    cls.check(prefix, options, config)
+  results = {}
+  for probe in dict.fromkeys(FLAGS.probes):
+    cls, prefix = PROBES[probe]
+    results.update(cls(prefix, options, context).run(loaded.params))
   for key in sorted(results, key=curves.metric_order):  # 1shot before 10shot
     print(f'{key}: {results[key]:.4f}')
 

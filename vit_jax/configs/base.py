@@ -171,6 +171,15 @@ def get_base_config() -> ml_collections.ConfigDict:
                   'shots': (1, 5, 10, 25),
                   'resolution': 0,           # 0 = the training crop
                   'seeds': 3},
+      # knn/<dataset>_top1: DINO's weighted k-NN (k 20, T 0.07) on frozen features, the
+      # training split as memory bank and the test split as queries.
+      'knn': {'type': 'knn', 'every': -1, 'datasets': ('mnist5k',), 'k': 20,
+              'temperature': 0.07, 'resolution': 0},
+      # linear/<dataset>_top1: softmax regression on the frozen features of the whole
+      # training split, weight decay chosen on a held-out 10% of it.
+      'linear': {'type': 'linear_probe', 'every': -1, 'datasets': ('mnist5k',),
+                 'weight_decays': (1e-5, 1e-4, 1e-3, 1e-2, 1e-1), 'steps': 200,
+                 'resolution': 0},
       # Attention rollout and posemb similarity of `count` eval images, to TensorBoard.
       'images': {'type': 'images', 'every': -1, 'count': 4},
   })

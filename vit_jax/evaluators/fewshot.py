@@ -17,20 +17,14 @@ evaluator's name). On a checkpoint: `python -m vit_jax.fewshot` (vit_jax.cli.few
 """
 from collections.abc import Mapping, Sequence
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 from absl import logging
-import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
 import ml_collections
 import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
-from vit_jax import models
-from vit_jax.data import preprocess
-from vit_jax.data import sources
 from vit_jax.evaluators import base
+from vit_jax.evaluators import features
 
 # Strengths relative to the whitened features (each has unit variance).
 DEFAULT_L2_REGS = tuple(2.0**e for e in range(-4, 17, 2))
@@ -130,116 +124,12 @@ def sample_shots(labels: np.ndarray, num_classes: int, max_shots: int,
 
 
 # ----------------------------------------------------------------------------
-# Data: the trainer's datasets and eval preprocessing, read on every process
-# (few-shot sets are small, so no process needs to shard them).
-
-
-@dataclasses.dataclass
-class _Dataset:
-  """One few-shot dataset: its builder, splits and the labels of its training split."""
-  name: str
-  spec: sources.DatasetSpec
-  builder: Any
-  train_split: str
-  test_split: str
-  num_classes: int
-  train_labels: np.ndarray
-
-
-def parse_dataset(entry: str) -> tuple[str, Optional[str], Optional[str]]:
-  """'name' or 'name|train_split|test_split' -> (name, train_split, test_split)."""
-  parts = entry.split('|')
-  if len(parts) not in (1, 3) or not all(parts):
-    raise ValueError(f'config.fewshot.datasets entry {entry!r}: use a dataset name '
-                     "('mnist5k') or 'name|train_split|test_split' "
-                     "('imagenet2012|train[:50000]|validation').")
-  return (parts[0], None, None) if len(parts) == 1 else tuple(parts)
-
-
-def _labels_fn(spec: sources.DatasetSpec):
-  if spec.label_fn:
-    return preprocess.LABEL_FNS[spec.label_fn]
-  return lambda ex: ex[spec.label_key]
-
-
-def _as_dataset(data: _Dataset, split: str):
-  """The split in file order with undecoded images (decoded only when needed)."""
-  return data.builder.as_dataset(
-      split=split, shuffle_files=False,
-      decoders={data.spec.image_key: tfds.decode.SkipDecoding()})
-
-
-def _open_dataset(entry: str, data_dir: Optional[str],
-                  manual_dir: Optional[str]) -> _Dataset:
-  """Prepares (if needed) one dataset and reads the labels of its training split."""
-  name, train_split, test_split = parse_dataset(entry)
-  spec = sources.resolve(name)
-  builder = sources.prepare(spec, data_dir, manual_dir)
-  train_split = train_split or spec.train_split
-  test_split = test_split or spec.eval_split
-  for split in (train_split, test_split):
-    sources.split_size(builder, split)  # one-line error for a bad split
-  features = builder.info.features
-  feature = (features[spec.label_key]
-             if not spec.label_fn and spec.label_key in features else None)
-  num_classes = int(getattr(feature, 'num_classes', 0) or spec.num_classes)
-  if num_classes <= 0:
-    raise ValueError(f'Few-shot dataset {name!r}: feature {spec.label_key!r} is not '
-                     'a class label.')
-  data = _Dataset(name, spec, builder, train_split, test_split, num_classes,
-                  np.zeros(0, np.int64))
-  label_fn = _labels_fn(spec)
-  ds = _as_dataset(data, train_split).map(
-      label_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  batches = list(ds.batch(4096).prefetch(2).as_numpy_iterator())
-  data.train_labels = np.concatenate([data.train_labels] + batches).astype(np.int64)
-  return data
-
-
-def _image_batches(data: _Dataset, split: str, rows: Optional[np.ndarray],
-                   pp: ml_collections.ConfigDict, batch_size: int):
-  """Yields (float32 images [B, crop, crop, 3] in [-1, 1], labels [B]) in file order.
-
-  With `rows`, only those positions of the split are decoded.
-  """
-  ds = _as_dataset(data, split)
-  if rows is not None:
-    wanted = np.zeros(len(data.train_labels), bool)
-    wanted[rows] = True
-    wanted = tf.constant(wanted)
-    ds = ds.enumerate().filter(lambda i, ex: tf.gather(wanted, i)).map(
-        lambda i, ex: ex)
-  label_fn = _labels_fn(data.spec)
-  scale = data.spec.image_scale
-
-  def prepare(ex):
-    image = preprocess.decode(ex[data.spec.image_key], pp.num_channels)
-    if scale != 1:
-      image = image * tf.constant(scale, image.dtype)
-    return preprocess.eval_image(image, pp), label_fn(ex)
-
-  ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
-  yield from ds.batch(batch_size).prefetch(2).as_numpy_iterator()
-
-
-def eval_pp(config: ml_collections.ConfigDict,
-            resolution: int) -> ml_collections.ConfigDict:
-  """config.pp's eval recipe at `resolution` (resize scaled to keep the crop ratio)."""
-  pp = ml_collections.ConfigDict(config.pp.to_dict())
-  if resolution and resolution != pp.crop:
-    pp.resize = max(resolution, round(pp.resize * resolution / pp.crop))
-    pp.crop = resolution
-  return pp
-
-
-# ----------------------------------------------------------------------------
 # The evaluator.
 
 
 def metric_name(prefix: str, dataset: str, shots: int) -> str:
   """'<prefix>/<dataset>_<k>shot' with TFDS config slashes flattened."""
-  name = parse_dataset(dataset)[0].replace('/', '_').replace(':', '_')
-  return f'{prefix}/{name}_{shots}shot'
+  return f'{prefix}/{features.dataset_key(dataset)}_{shots}shot'
 
 
 class FewShot(base.Evaluator):
@@ -248,20 +138,7 @@ class FewShot(base.Evaluator):
   @classmethod
   def check(cls, name: str, options: ml_collections.ConfigDict,
             config: ml_collections.ConfigDict) -> None:
-    datasets = options.get('datasets', ())
-    if isinstance(datasets, str) or not datasets or not all(
-        isinstance(d, str) and d for d in datasets):
-      raise ValueError(f'config.evals.{name}.datasets={datasets!r}: use a list of '
-                       "dataset names, e.g. ('mnist5k',).")
-    for entry in datasets:
-      dataset, train_split, test_split = parse_dataset(entry)
-      try:
-        spec = sources.resolve(dataset)
-      except ValueError as e:
-        raise ValueError(f'config.evals.{name}.datasets: {e}') from None
-      for split in (train_split or spec.train_split, test_split or spec.eval_split):
-        sources.check_split(spec, config.get('data_dir'), split,
-                            f'config.evals.{name}.datasets {entry!r}: split')
+    features.check_datasets(name, options.get('datasets', ()), config.get('data_dir'))
     shots = list(options.get('shots', ()))
     if not shots or not all(isinstance(k, int) and k > 0 for k in shots):
       raise ValueError(f'config.evals.{name}.shots={options.get("shots")!r}: use '
@@ -269,12 +146,8 @@ class FewShot(base.Evaluator):
     seeds = options.get('seeds', 3)
     if not isinstance(seeds, int) or seeds < 1:
       raise ValueError(f'config.evals.{name}.seeds={seeds!r}: use an integer >= 1.')
-    resolution = options.get('resolution', 0)
-    if not isinstance(resolution, int) or resolution < 0:
-      raise ValueError(f'config.evals.{name}.resolution={resolution!r}: use 0 (the '
-                       'training crop) or a positive size in pixels.')
-    if config.batch_eval < 1:
-      raise ValueError(f'config.batch_eval={config.batch_eval} must be positive.')
+    features.check_resolution(name, options)
+    features.check_batch(config)
 
   def __init__(self, name: str, options: ml_collections.ConfigDict,
                context: base.Context):
@@ -284,60 +157,24 @@ class FewShot(base.Evaluator):
     self.datasets = list(options.datasets)
     self.shots = sorted(set(options.shots))
     self.seeds = options.get('seeds', 3)
-    self.pp = eval_pp(config, options.get('resolution', 0))
+    self.pp = features.eval_pp(config, options.get('resolution', 0))
     self.l2_regs = tuple(options.get('l2_regs', DEFAULT_L2_REGS))
     self.val_per_class = int(options.get('val_per_class', DEFAULT_VAL_PER_CLASS))
     self.data_dir = config.get('data_dir')
     self.manual_dir = config.get('manual_dir')
-    self.batch_size = int(config.batch_eval)
-    if self.batch_size % mesh.devices.size:
-      raise ValueError(f'config.batch_eval={config.batch_eval} must be a positive '
-                       f'multiple of the {mesh.devices.size} devices of the mesh.')
-    # Without its heads the model returns its features (pre-logits or pooled tokens).
-    family = models.family_of(context.model)
-    self._heads = set(family.fresh_keys)
-    # Unpooled outputs are averaged over the patch tokens, after the prefix tokens.
-    self._prefix = family.prefix_tokens(context.model)
-    feature_model = context.model.clone(num_classes=0)
-    self._batch_sharding = NamedSharding(mesh, P(mesh.axis_names))
-    self._features_fn = jax.jit(
-        lambda params, images: feature_model.apply(
-            {'params': params}, images, train=False),
-        out_shardings=NamedSharding(mesh, P()))
-    self._data: dict[str, tuple[_Dataset, list]] = {}
+    self.batch_size = features.check_batch(config, mesh)
+    self.extractor = features.FeatureExtractor(context.model, mesh, self.batch_size)
+    self._data: dict[str, tuple[features.Dataset, list]] = {}
 
-  def _prepare(self, spec: str) -> tuple[_Dataset, list]:
+  def _prepare(self, spec: str) -> tuple[features.Dataset, list]:
     """Opens a dataset and draws every seed's shots and validation rows, once."""
     if spec not in self._data:
-      dataset = _open_dataset(spec, self.data_dir, self.manual_dir)
+      dataset = features.open_dataset(spec, self.data_dir, self.manual_dir)
       draws = [sample_shots(dataset.train_labels, dataset.num_classes,
                             max(self.shots), self.val_per_class, seed)
                for seed in range(self.seeds)]
       self._data[spec] = (dataset, draws)
     return self._data[spec]
-
-  def features(self, params: Mapping[str, Any], batches) -> tuple[np.ndarray, np.ndarray]:
-    """Features [N, D] and labels [N] of (images, labels) batches, padded to the mesh."""
-    params = {k: v for k, v in params.items() if k not in self._heads}
-    feats, labels = [], []
-    for images, batch_labels in batches:
-      n = len(images)
-      if n < self.batch_size:
-        pad = np.zeros((self.batch_size - n,) + images.shape[1:], images.dtype)
-        images = np.concatenate([images, pad])
-      # Every process holds the same full batch; each device takes its slice.
-      global_images = jax.make_array_from_callback(
-          images.shape, self._batch_sharding, lambda idx, im=images: im[idx])
-      out = self._features_fn(params, global_images)
-      out = np.asarray(out, np.float32)[:n]
-      # Unpooled classifiers return every token: average the patch tokens into one vector.
-      if out.ndim == 3:
-        out = out[:, self._prefix:]
-      feats.append(out.reshape(n, -1, out.shape[-1]).mean(axis=1))
-      labels.append(batch_labels)
-    if not feats:
-      return np.zeros((0, 0), np.float32), np.zeros((0,), np.int64)
-    return np.concatenate(feats), np.concatenate(labels).astype(np.int64)
 
   def run(self, params: Mapping[str, Any]) -> dict[str, float]:
     """Mean test accuracy over seeds of every dataset and shot count."""
@@ -347,13 +184,13 @@ class FewShot(base.Evaluator):
       rows = np.unique(np.concatenate(
           [np.concatenate([s.ravel(), v]) for s, v in draws]))
       rows = rows[rows >= 0]
-      train_x, train_y = self.features(params, _image_batches(
+      train_x, train_y = self.extractor.features(params, features.image_batches(
           dataset, dataset.train_split, rows, self.pp, self.batch_size))
       if not np.array_equal(train_y, dataset.train_labels[rows]):
         raise RuntimeError(f'Few-shot dataset {dataset.name!r}: split '
                            f'{dataset.train_split!r} changed while reading it.')
       position = {int(r): i for i, r in enumerate(rows)}
-      test = self.features(params, _image_batches(
+      test = self.extractor.features(params, features.image_batches(
           dataset, dataset.test_split, None, self.pp, self.batch_size))
       for k in self.shots:
         accs = []

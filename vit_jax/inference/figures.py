@@ -13,6 +13,9 @@ labelled figures (title, axes, colour bar, a caption saying what a tile is):
                              RGB patch-embedding filters.
   attention_distance.png     Fig. 7 right: mean attention distance in pixels of every
                              head against depth.
+  class_attention_<image>.png  DINO's picture (Caron et al. 2021, Fig. 1): each image and
+                             the last layer's attention of the class token to the
+                             patches, one map per head (models with a class token).
   mae_reconstruction.png     for a checkpoint pre-trained with the 'mae' objective (its
                              workdir holds the decoder, mae_params.npz): each image,
                              the visible 25% of its patches, the decoder's
@@ -426,6 +429,52 @@ def mae_reconstructions(loaded: load.LoadedModel, options: Mapping[str, Any],
 
 
 # ----------------------------------------------------------------------------
+# DINO's picture: the class token's last-layer attention, per head.
+
+
+def class_token_attention(weights: np.ndarray, prefix: int,
+                          grid: tuple[int, int]) -> np.ndarray:
+  """Maps float32 [N, heads, rows, cols] in [0, 1]: the last layer's class-token row.
+
+  Prefix keys (class, register tokens) are dropped and each map scaled to its maximum.
+  """
+  att = np.asarray(weights[-1][:, :, 0, prefix:], np.float64)   # [N, heads, P]
+  maps = att.reshape(*att.shape[:2], *grid)
+  maps = maps / np.maximum(maps.max(axis=(2, 3), keepdims=True), 1e-12)
+  return maps.astype(np.float32)
+
+
+def labelled_class_attention(image: np.ndarray, maps: np.ndarray, name: str) -> np.ndarray:
+  """The input and one panel per head of its class-token attention map, with a colour bar."""
+  image = to_uint8(image)
+  heads = len(maps)
+  cols = min(heads + 1, 7)
+  rows = -(-(heads + 1) // cols)
+  fig = new_figure(1.9 * cols + 0.6, 2.1 * rows + 0.9)
+  axes = np.asarray(fig.subplots(rows, cols, squeeze=False))
+  h, w = image.shape[:2]
+  panels = [(image, 'input')] + [
+      (colormap(np.asarray(Image.fromarray(m).resize((w, h), Image.NEAREST)), 0.0, 1.0),
+       f'head {i + 1}') for i, m in enumerate(maps)]
+  for ax, (panel, title) in zip(axes.ravel(), panels):
+    ax.imshow(panel)
+    ax.set_title(title, fontsize=8)
+  for ax in axes.ravel():
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if not ax.images:
+      ax.set_axis_off()
+  _viridis_bar(fig, list(axes.ravel()), 0.0, 1.0, 'attention (max = 1)')
+  fig.suptitle(f'{name}: class-token self-attention of the last layer, per head '
+               '(DINO Fig. 1)', fontsize=10)
+  _caption(fig, 'Each panel: the attention of the class token to every patch in the '
+           'last block, one head each, scaled to its maximum.')
+  fig.subplots_adjust(left=0.02, right=0.86, top=1 - 0.55 / (2.1 * rows + 0.9),
+                      bottom=0.35 / (2.1 * rows + 0.9), wspace=0.05, hspace=0.2)
+  return figure_pixels(fig)
+
+
+# ----------------------------------------------------------------------------
 # Entry points: TensorBoard summaries and the command line.
 
 
@@ -503,6 +552,12 @@ def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
     for path, name, image, heat in zip(image_paths, rollout_names(image_paths),
                                        display, maps):
       figures[name] = labelled_rollout(image, heat, os.path.basename(path))
+    if _has_token(model):
+      heads = class_token_attention(weights, _prefix(model), grid)
+      for path, name, image, maps in zip(image_paths, rollout_names(image_paths),
+                                         display, heads):
+        figures[name.replace('attention_rollout_', 'class_attention_', 1)] = (
+            labelled_class_attention(image, maps, os.path.basename(path)))
     distance = mean_attention_distance(
         weights, _prefix(model), grid, load.model_stride(model))
     figures['attention_distance.png'] = render_attention_distance(
