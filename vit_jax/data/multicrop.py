@@ -10,7 +10,8 @@ The official recipe as named compositions of ops (vit_jax.data.pp_registry):
   dino_global1  inception_crop(pp.crop, global_area)|flip_lr|jitter|blur(1.0)
   dino_global2  inception_crop(pp.crop, global_area)|flip_lr|jitter|blur(0.1)|solarize(0.2)
   dino_local    inception_crop(local_crop, local_area)|flip_lr|jitter|blur(0.5)
-with jitter = color_jitter(0.4, 0.4, 0.2, 0.1, p 0.8)|grayscale(0.2); blur sigma 0.1..2.
+with jitter = color_jitter(0.4, 0.4, 0.2, 0.1, p 0.8)|grayscale(0.2), blur sigma 0.1..2
+and flip_lr only with pp.flip.
 """
 from typing import Any
 
@@ -19,29 +20,29 @@ import tensorflow as tf
 from vit_jax.data import pp_registry
 from vit_jax.data import preprocess
 
-JITTER = 'flip_lr|color_jitter(0.4, 0.4, 0.2, 0.1, 0.8)|grayscale(0.2)'
+JITTER = 'color_jitter(0.4, 0.4, 0.2, 0.1, 0.8)|grayscale(0.2)'
 
 
-def _area(pp, key: str) -> str:
+def _crop(pp, size: int, key: str) -> str:
+  """The random resized crop, then flip_lr if pp.flip, then the colour jitter."""
   lo, hi = pp.multicrop[key]
-  return f'{float(lo)!r}, {float(hi)!r}'
+  flip = '|flip_lr' if pp.flip else ''
+  return f'inception_crop({size}, {float(lo)!r}, {float(hi)!r}){flip}|{JITTER}'
 
 
 @pp_registry.register_composition('dino_global1')
 def _global1(pp) -> str:
-  return f'inception_crop({pp.crop}, {_area(pp, "global_area")})|{JITTER}|blur(1.0)'
+  return _crop(pp, pp.crop, 'global_area') + '|blur(1.0)'
 
 
 @pp_registry.register_composition('dino_global2')
 def _global2(pp) -> str:
-  return (f'inception_crop({pp.crop}, {_area(pp, "global_area")})|{JITTER}|blur(0.1)'
-          '|solarize(0.2)')
+  return _crop(pp, pp.crop, 'global_area') + '|blur(0.1)|solarize(0.2)'
 
 
 @pp_registry.register_composition('dino_local')
 def _local(pp) -> str:
-  return (f'inception_crop({pp.multicrop.local_crop}, {_area(pp, "local_area")})|'
-          f'{JITTER}|blur(0.5)')
+  return _crop(pp, pp.multicrop.local_crop, 'local_area') + '|blur(0.5)'
 
 
 def enabled(pp) -> bool:
