@@ -11,10 +11,13 @@ import orbax.checkpoint as ocp
 
 from tests import test_train
 from vit_jax import checkpoint
+from vit_jax import configs
 from vit_jax import models
 from vit_jax.configs import base
+from vit_jax.data import multicrop
 from vit_jax.data import pipeline
 from vit_jax.models import dino as dino_model
+from vit_jax.models import from_config
 from vit_jax.parallel import sharding
 from vit_jax.train import dino
 from vit_jax.train import loop
@@ -269,6 +272,41 @@ class ViewsTest(absltest.TestCase):
           loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
         self.assertNotIn('\n', str(e.exception))
         self.assertFalse(os.path.exists(workdir))
+
+
+class RecipeTest(absltest.TestCase):
+
+  def test_official_vit_s16_recipe_by_shapes_only(self):
+    c = configs.load(os.path.join(test_train.REPO, 'configs',
+                                  'pretrain_dino.py:s16,imagenet2012'))
+    self.assertEqual((c.model_name, c.objective, c.batch), ('ViT-S_16', 'dino', 1024))
+    self.assertAlmostEqual(c.base_lr, 5e-4 * 1024 / 256)
+    self.assertEqual((c.end_lr, c.weight_decay, c.weight_decay_end), (1e-6, 0.04, 0.4))
+    self.assertEqual((c.grad_clip_norm, c.grad_clip_mode), (3.0, 'per_tensor'))
+    total = 100 * 1_281_167 // 1024  # 100 epochs of ImageNet
+    self.assertEqual((c.total_steps, c.warmup_steps), (total, total // 10))
+    self.assertEqual(c.objectives.dino.freeze_last_layer_steps, total // 100)
+    self.assertEqual((c.objectives.dino.out_dim, c.objectives.dino.teacher_temp,
+                      c.objectives.dino.momentum_teacher), (65536, 0.04, 0.996))
+    self.assertEqual(multicrop.counts(c.pp), (2, 8, 96))
+    multicrop.check(c.pp)
+    tx = optimizers.make(c, schedules.make(c))
+    objective = objectives.make(c, from_config.build(c, 1000))
+    objective.check_views(c.pp.crop, multicrop.counts(c.pp))
+    state = jax.eval_shape(lambda r: train_step.init_state(
+        objective, tx, r, (1, 224, 224, 3)), jax.random.PRNGKey(0))
+    teacher = state.extra[objectives.STATE_KEY][dino.TEACHER]
+    self.assertEqual(teacher['head']['last_layer_kernel'].shape, (256, 65536))
+    batch = {'image': jax.ShapeDtypeStruct((2, 2, 224, 224, 3), jnp.float32),
+             'local': jax.ShapeDtypeStruct((2, 8, 96, 96, 3), jnp.float32)}
+    new_state, metrics = jax.eval_shape(train_step.make_train_step(objective, tx), state,
+                                        batch)
+    self.assertEqual(jax.tree.structure(new_state), jax.tree.structure(state))
+    self.assertEqual(metrics['train_loss'].shape, ())
+    g, l = objective.net.flops_per_view(224), objective.net.flops_per_view(96)
+    self.assertEqual(objectives.train_flops_per_image(objective, 224, (2, 8, 96)),
+                     3 * (2 * g + 8 * l) + 2 * g)
+    self.assertAlmostEqual(g / 1e9, 9.2, delta=0.5)  # ViT-S/16 forward ~4.6 GMACs + head
 
 
 class TrainerTest(absltest.TestCase):
