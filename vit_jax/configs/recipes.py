@@ -308,6 +308,10 @@ def apply_mae_pretrain(c: ml_collections.ConfigDict, dataset: str) -> None:
 # teacher momentum 0.996 -> 1 (cosine), tau_s 0.1, tau_t 0.04, centre momentum 0.9,
 # head 2048 -> 256 -> K 65536 with g fixed to 1, last layer frozen for the first epoch;
 # 2 global crops (224 px, 40-100% of the area) and 8 local crops (96 px, 5-40%).
+# Differences kept: weight decay on kernels only (the official also decays the position
+# embedding and class token), tau_t's warm-up (off here) stepped per step, not per
+# epoch, and bicubic position-embedding resizing with JAX's Keys kernel (a = -0.5;
+# torch's bicubic uses a = -0.75).
 DINO_EPOCHS = 100
 DINO_WARMUP_EPOCHS = 10
 DINO_FREEZE_EPOCHS = 1
