@@ -186,6 +186,17 @@ class StepTest(absltest.TestCase):
       last = grads[dino_model.HEAD][f'{dino_model.LAST_LAYER}_kernel']
       self.assertEqual(float(jnp.abs(last).max()) == 0, frozen)
 
+  def test_gradient_accumulation_gives_the_same_state(self):
+    # Micro-batches average the teacher outputs' means: the centre of the whole batch.
+    out = []
+    for accum in (1, 2):
+      state = self._init()
+      state, _ = jax.jit(train_step.make_train_step(self.objective, self.tx, accum))(
+          state, self.batch)
+      out.append(state.extra[objectives.STATE_KEY])
+    for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1])):
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
   def test_one_vs_four_devices_and_fsdp_on_two(self):
     # The centre averages the teacher outputs over the global batch, whatever its split.
     results = {}
