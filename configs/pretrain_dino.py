@@ -12,7 +12,8 @@ Head: MLP 2048 -> 256 -> L2 norm -> 65,536 weight-normalised prototypes, last la
 for the first epoch. AdamW lr 5e-4 x batch/256 (batch 1024), 10 warm-up epochs of 100,
 cosine to 1e-6, weight decay cosine 0.04 -> 0.4, gradient clipping 3.0 per tensor, drop
 path 0.1. The official's longer runs warm tau_t up from 0.04 to 0.07 over 30 epochs:
-  --config.objectives.dino.teacher_temp=0.07 --config.objectives.dino.warmup_teacher_temp_steps=STEPS
+  --config.objectives.dino.teacher_temp=0.07 \
+  --config.objectives.dino.warmup_teacher_temp_steps=STEPS
 params.npz is the teacher's backbone in the published ViT layout (configs/vit.py
 fine-tunes it); dino_params.npz beside it holds the teacher's and the student's heads.
 """
