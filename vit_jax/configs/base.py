@@ -78,6 +78,17 @@ def get_base_config() -> ml_collections.ConfigDict:
       'multi_hot': False,         # multi-hot targets (sigmoid losses, ImageNet-21k)
       'num_channels': 3,          # images always reach the model with 3 channels
       'keep_aspect': False,       # resize the shorter side to pp.resize instead of squashing
+      # Multi-crop views (DINO), vit_jax.data.multicrop: with global_pp set, each example
+      # is 'image' [views, crop, crop, C] (one pp string per global view, pp.train unused)
+      # and 'local' [local_crops, local_crop, local_crop, C].
+      'multicrop': {
+          'global_pp': (),          # () = off; e.g. ('dino_global1', 'dino_global2')
+          'local_pp': 'dino_local',
+          'local_crops': 0,
+          'local_crop': 96,         # pixels, at most pp.crop
+          'global_area': (0.4, 1.0),   # crop area ranges of the dino_* compositions
+          'local_area': (0.05, 0.4),
+      },
   })
   c.shuffle_buffer = 50_000
   c.prefetch = 2                  # batches prefetched to the devices
@@ -121,6 +132,21 @@ def get_base_config() -> ml_collections.ConfigDict:
           'posemb': 'sincos2d',     # 'sincos2d' (fixed, the paper's) | 'learn'
           'norm_pix_loss': True,    # targets: each patch's pixels to mean 0, variance 1
       },
+      # DINO (vit_jax.train.dino): needs pp.multicrop; durations in steps.
+      'dino': {
+          'out_dim': 65536,         # prototypes K
+          'hidden_dim': 2048,
+          'bottleneck_dim': 256,
+          'num_layers': 3,
+          'norm_last_layer': True,  # weight norm g fixed to 1
+          'student_temp': 0.1,
+          'teacher_temp': 0.04,
+          'warmup_teacher_temp': 0.04,   # linear warm-up of tau_t from this ...
+          'warmup_teacher_temp_steps': 0,  # ... over these steps (0 = none)
+          'momentum_teacher': 0.996,  # cosine to 1 over the run
+          'center_momentum': 0.9,
+          'freeze_last_layer_steps': 0,
+      },
   })
 
   # Optimizer: 'sgd' (momentum), 'adam' (AdamW), or any optax optimizer taking a
@@ -131,10 +157,12 @@ def get_base_config() -> ml_collections.ConfigDict:
       'adam': {'b1': 0.9, 'b2': 0.999, 'eps': 1e-8, 'mu_dtype': 'float32'},
   })
   c.weight_decay = 0.0            # decoupled, multiplied by the learning rate; kernels only
+  c.weight_decay_end = -1.0       # >= 0: cosine from weight_decay to this (DINO); -1: constant
   # Layer-wise learning-rate decay in (0, 1]: embeddings x decay^(L+1), block i x
   # decay^(L-i), head x 1 (MAE/BEiT fine-tuning); 1 = off.
   c.layer_decay = 1.0
   c.grad_clip_norm = 1.0          # 0 = off
+  c.grad_clip_mode = 'global'     # 'global' norm | 'per_tensor' (each tensor's norm, DINO)
   # Weight EMA (timm's --model-ema): ema = d * ema + (1 - d) * params after every step;
   # 0 = off, timm's default 0.9998. Exported as ema_params.npz; with ema_eval the
   # evaluators also score it (metrics with the suffix _ema).

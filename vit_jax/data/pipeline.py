@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vit_jax.data import multicrop
 from vit_jax.data import plan
 from vit_jax.data import preprocess
 from vit_jax.data import reader
@@ -153,7 +154,13 @@ def check_train_config(config, info) -> None:
     raise ValueError(f'config.pp.min_area={pp.min_area} must be in (0, 1]')
   if pp.num_channels not in (1, 3):
     raise ValueError(f'config.pp.num_channels={pp.num_channels} must be 1 or 3')
-  preprocess.train_chain(pp)  # op names and arguments
+  if multicrop.enabled(pp):
+    multicrop.check(pp)
+    if pp.mixup or pp.get('cutmix', 0.0):
+      raise ValueError('config.pp.mixup / config.pp.cutmix mix single images; set them to '
+                       '0 with config.pp.multicrop views.')
+  else:
+    preprocess.train_chain(pp)  # op names and arguments
   for key in ('mixup', 'cutmix'):
     if not pp.get(key, 0.0) >= 0:
       raise ValueError(f'config.pp.{key}={pp.get(key)!r} must be >= 0 (Beta alpha; 0 = off)')
@@ -227,10 +234,13 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   def example(el):
     image_bytes, label = parse(el['record'])
     seed = fold_in(fold_in(base_seed, 2 * el['shard']), el['position'])
-    out = {'image': preprocess.train_image(image_bytes, seed, pp, spec.image_scale),
-           'label': preprocess.targets(label, info.num_classes, pp.multi_hot,
-                                       pp.label_smoothing),
-           'index': el['index']}
+    if multicrop.enabled(pp):  # 'image' [views, ...] and 'local' [local views, ...]
+      out = multicrop.views(image_bytes, seed, pp, spec.image_scale)
+    else:
+      out = {'image': preprocess.train_image(image_bytes, seed, pp, spec.image_scale)}
+    out.update(label=preprocess.targets(label, info.num_classes, pp.multi_hot,
+                                        pp.label_smoothing),
+               index=el['index'])
     if pp.mixup > 0 or pp.get('cutmix', 0.0) > 0:
       # One draw per shard and step: every row of a shard's block gets the same one.
       step_seed = fold_in(fold_in(base_seed, 2 * el['shard'] + 1), el['position'] // rows)
@@ -314,6 +324,8 @@ def finalize(batch: dict, group: int, shift: int = 1) -> dict:
   """
   out = {k: v for k, v in batch.items() if k not in ('ratio', 'image_ratio', 'box', 'index')}
   out['image'] = value_range(batch['image'])
+  if 'local' in batch:  # multi-crop: the local views
+    out['local'] = value_range(batch['local'])
   if 'ratio' in batch:
 
     def mix(x, weight):
@@ -366,7 +378,9 @@ def make_train_iterator(config, mesh: jax.sharding.Mesh, start_step: int = 0) ->
   """Yields the global training batches of steps start_step, start_step+1, ..., forever.
 
   {'image': float32 [batch, crop, crop, 3] in [-1, 1], 'label': float32 [batch, classes]},
-  batch dim sharded over the mesh's data axes; identical for any process count.
+  batch dim sharded over the mesh's data axes; identical for any process count. With
+  multi-crop views (vit_jax.data.multicrop) 'image' is [batch, views, crop, crop, 3] and
+  'local' [batch, local views, local_crop, local_crop, 3].
   """
   _check_divisible('batch', config.batch, mesh)
   num_shards = config.data_shards

@@ -47,27 +47,28 @@ def _scale(image: tf.Tensor, scale: int) -> tf.Tensor:
   return image if scale == 1 else image * tf.constant(scale, image.dtype)
 
 
-def _sample_box(image_shape: tf.Tensor, seed: tf.Tensor, min_area: float):
+def _sample_box(image_shape: tf.Tensor, seed: tf.Tensor, min_area: float,
+                max_area: float = 1.0):
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
       image_shape, bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
       min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3),
-      area_range=(min_area, 1.0), use_image_if_no_bounding_boxes=True)
+      area_range=(min_area, max_area), use_image_if_no_bounding_boxes=True)
   return begin, size
 
 
 def inception_crop(data: tf.Tensor, seed: tf.Tensor, min_area: float, size: int,
-                   channels: int = 3, scale: int = 1) -> tf.Tensor:
-  """Decodes a random crop of area min_area..1 and resizes it to float32 [size, size, C]."""
+                   channels: int = 3, scale: int = 1, max_area: float = 1.0) -> tf.Tensor:
+  """Decodes a random crop of area min_area..max_area, resized to float32 [size, size, C]."""
 
   def jpeg():
     # Decodes only the crop window: much less work than decoding the whole JPEG.
-    begin, crop = _sample_box(tf.image.extract_jpeg_shape(data), seed, min_area)
+    begin, crop = _sample_box(tf.image.extract_jpeg_shape(data), seed, min_area, max_area)
     window = tf.stack([begin[0], begin[1], crop[0], crop[1]])
     return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
 
   def other():
     image = decode(data, channels)
-    begin, crop = _sample_box(tf.shape(image), seed, min_area)
+    begin, crop = _sample_box(tf.shape(image), seed, min_area, max_area)
     return tf.slice(image, begin, crop)
 
   image = tf.cond(tf.io.is_jpeg(data), jpeg, other)
@@ -104,13 +105,14 @@ def _decode_op() -> Callable:
 
 
 @register('inception_crop', random=True, decodes=True)
-def _inception_crop_op(size: int, min_area: float = 0.05) -> Callable:
-  """inception_crop(size, min_area): a random crop of min_area..1 of the area, resized."""
+def _inception_crop_op(size: int, min_area: float = 0.05, max_area: float = 1.0) -> Callable:
+  """inception_crop(size, min_area, max_area): a random crop of that share of the area."""
   _check_size('size', size)
-  if not 0 < min_area <= 1:
-    raise ValueError(f'min_area={min_area!r} must be in (0, 1]')
+  if not 0 < min_area <= max_area <= 1:
+    raise ValueError(f'min_area={min_area!r}, max_area={max_area!r}: need '
+                     '0 < min_area <= max_area <= 1')
   return lambda enc, seed: inception_crop(enc.data, seed, min_area, size, enc.channels,
-                                          enc.scale)
+                                          enc.scale, max_area)
 
 
 @register('resize')

@@ -3,7 +3,8 @@
 `train_and_evaluate(config, workdir)` checks the whole config, creates (or resumes) the
 sharded train state, runs the jitted step over the input stream and, each at its
 cadence, logs, evaluates (config.evals), checkpoints, and at the end exports params.npz
-(plus <objective>_params.npz for what a self-supervised objective trains beside the model).
+(plus <objective>_params.npz for what a self-supervised objective trains beside the model;
+DINO's params.npz is its teacher's backbone, dino_params.npz the two heads).
 A finished run started again returns the final metrics it recorded; a run that fails
 before its first step leaves the workdir as it found it (vit_jax.train.workdir).
 """
@@ -23,6 +24,7 @@ import numpy as np
 from vit_jax import checkpoint
 from vit_jax import evaluators
 from vit_jax import models
+from vit_jax.data import multicrop
 from vit_jax.data import pipeline
 from vit_jax.models import families
 from vit_jax.models import from_config
@@ -128,8 +130,8 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
       if due:
         with monitor.paused(state):  # evaluation and checkpoints stay out of img/s
           for e in due:
-            final.update(_evaluate(e, objective.model_params(state.params), step,
-                                   writer))
+            final.update(_evaluate(e, objectives.result_params(
+                objective, state.params, state.extra), step, writer))
             if ema.enabled(config) and config.ema_eval:
               final.update(_evaluate(e, objective.model_params(ema.params_of(state.extra)),
                                      step, writer, suffix=ema.SUFFIX))
@@ -148,11 +150,13 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
     _record_config(run_config, workdir, changes, start)
     started()
   ckpt.close()
-  _export(objective.model_params(state.params), workdir, PARAMS_FILE)
+  # The model's parameters (DINO: its teacher's) in the published layout.
+  _export(objectives.result_params(objective, state.params, state.extra), workdir,
+          PARAMS_FILE)
   if ema.enabled(config):  # the averaged weights, fine-tunable like params.npz
     _export(objective.model_params(ema.params_of(state.extra)), workdir, ema.PARAMS_FILE)
-  extra = objectives.auxiliary_params(objective, state.params)
-  if extra is not None:  # e.g. MAE's decoder, for reconstructions
+  extra = objectives.auxiliary_params(objective, state.params, state.extra)
+  if extra is not None:  # e.g. MAE's decoder, for reconstructions; DINO's heads
     _export(extra, workdir, f'{config.objective}_{PARAMS_FILE}')
   writer.flush()
   return {**final, 'step': config.total_steps}
@@ -202,7 +206,9 @@ def _initial_state(config, mesh, objective, tx, ckpt) -> tuple[Any, Any, int]:
     params = jax.device_put(objective.with_model_params(state.params, params),
                             shardings.params)
     opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
-    extra = jax.jit(lambda p: ema.init_extra(config, p), out_shardings=shardings.extra)(params)
+    extra = jax.jit(lambda p: step_lib.initial_extra(
+        objective, p, lambda q: ema.init_extra(config, q)),
+                    out_shardings=shardings.extra)(params)
     state = state.replace(params=params, opt_state=opt_state, extra=extra)
     logging.info('Initialised parameters from %s.', path)
   return state, shardings, 0
@@ -252,7 +258,8 @@ class _Monitor:
     self._timer = timing.StepTimer()
     self._t0 = None  # wall clock after the first (compiling) step, for the ETA
     self._first = None
-    self._flops = objectives.train_flops_per_image(objective, config.pp.crop)
+    self._flops = objectives.train_flops_per_image(objective, config.pp.crop,
+                                                   multicrop.counts(config.pp))
     # The benchmark's rule (vit_jax.parallel.peaks.resolve_peak), so the two MFUs compare.
     self._peak, source = peaks.resolve_peak(
         config.peak_tflops or 'auto',

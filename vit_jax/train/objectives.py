@@ -8,6 +8,13 @@ supervised objective trains the model's parameters alone, so there the two trees
 The self-supervised ones (`masked_patch`, `mae`) read no labels; they also train parts
 that are not the ViT (`auxiliary_params`: a mask embedding and head, MAE's decoder), which
 the trainer writes beside params.npz.
+
+A stateful objective (`dino`) also owns state that gradients do not train (a teacher, a
+running centre): `init_state(params)` makes it, `stateful_loss(params, state, batch, rng,
+step)` returns (loss, (metrics, stats)) and `update_state(state, new params, stats, step)`
+runs after the optimizer update in the same jitted step (vit_jax.train.step). It lives in
+the train state's extra[STATE_KEY], sharded, checkpointed and resumed with the rest.
+Its result (`result_params`) may be that state rather than the trained parameters.
 """
 import dataclasses
 import inspect
@@ -22,8 +29,10 @@ import optax
 from vit_jax.models import flops
 from vit_jax.models import mae
 from vit_jax.models import masked_patch
+from vit_jax.train import dino
 
 Params = Any
+STATE_KEY = 'objective'  # a stateful objective's entry of TrainState.extra
 
 
 class Objective(Protocol):
@@ -188,8 +197,11 @@ def _mae(model: nn.Module, *, mask_ratio: float = 0.75, decoder_width: int = 512
 
 
 # name -> factory(model, **config.objectives.<name>) -> Objective
+# Factories taking a `total_steps` argument get config.total_steps (schedules over the run).
 OBJECTIVES: dict[str, Callable[..., Objective]] = {
-    'supervised': _supervised, 'masked_patch': _masked_patch, 'mae': _mae}
+    'supervised': _supervised, 'masked_patch': _masked_patch, 'mae': _mae,
+    'dino': dino.make}
+_FROM_CONFIG = ('model', 'total_steps')
 
 
 def register(name: str, factory: Callable[..., Objective]) -> None:
@@ -211,8 +223,8 @@ def check(config: ml_collections.ConfigDict) -> None:
   if any(p.kind == p.VAR_KEYWORD for p in params.values()):
     return
   for key in _options(config):
-    if key not in params or key == 'model':
-      valid = sorted(set(params) - {'model'})
+    if key not in params or key in _FROM_CONFIG:
+      valid = sorted(set(params) - set(_FROM_CONFIG))
       raise ValueError(f'config.objectives.{config.objective}.{key} is not an option of '
                        f'objective {config.objective!r}; its options: {", ".join(valid)}.')
 
@@ -220,7 +232,29 @@ def check(config: ml_collections.ConfigDict) -> None:
 def make(config: ml_collections.ConfigDict, model: nn.Module) -> Objective:
   """The objective config.objective names, around `model`."""
   check(config)
-  return OBJECTIVES[config.objective](model, **_options(config))
+  factory = OBJECTIVES[config.objective]
+  options = _options(config)
+  if 'total_steps' in inspect.signature(factory).parameters:
+    options['total_steps'] = config.total_steps
+  return factory(model, **options)
+
+
+def is_stateful(objective: Objective) -> bool:
+  """Whether the objective keeps state of its own in TrainState.extra[STATE_KEY]."""
+  return hasattr(objective, 'update_state')
+
+
+def init_state(objective: Objective, params: Params) -> Optional[Any]:
+  """The objective's own state for fresh `params`; None if it keeps none."""
+  return objective.init_state(params) if is_stateful(objective) else None
+
+
+def result_params(objective: Objective, params: Params, extra: dict) -> Params:
+  """The model's parameters the run yields (params.npz, evaluation): e.g. DINO's teacher."""
+  own = getattr(objective, 'result_params', None)
+  if own is None:
+    return objective.model_params(params)
+  return own(params, extra[STATE_KEY])
 
 
 def example_loss(objective: Objective) -> Optional[Callable[[jax.Array, jax.Array], jax.Array]]:
@@ -228,14 +262,26 @@ def example_loss(objective: Objective) -> Optional[Callable[[jax.Array, jax.Arra
   return getattr(objective, 'example_loss', None)
 
 
-def auxiliary_params(objective: Objective, params: Params) -> Optional[Params]:
-  """What the objective trains beside the model (e.g. MAE's decoder), if anything."""
-  extra = getattr(objective, 'auxiliary_params', None)
-  return None if extra is None else extra(params)
+def auxiliary_params(objective: Objective, params: Params,
+                     extra: Optional[dict] = None) -> Optional[Params]:
+  """What the run exports beside the model (e.g. MAE's decoder, DINO's heads), if anything."""
+  own = getattr(objective, 'result_auxiliary', None)
+  if own is not None and extra is not None:
+    return own(params, extra[STATE_KEY])
+  aux = getattr(objective, 'auxiliary_params', None)
+  return None if aux is None else aux(params)
 
 
-def train_flops_per_image(objective: Objective, resolution: int) -> float:
-  """Analytic FLOPs of one training image (3x forward): the objective's, else the model's."""
+def train_flops_per_image(objective: Objective, resolution: int,
+                          views: Optional[tuple[int, int, int]] = None) -> float:
+  """Analytic FLOPs of one training image (3x forward): the objective's, else the model's.
+
+  `views` = (global crops, local crops, local crop size) of multi-crop batches, whose
+  objectives count each view (and a teacher's forward-only passes) themselves.
+  """
+  multi = getattr(objective, 'train_flops_per_image', None)
+  if multi is not None:
+    return multi(resolution, views or (1, 0, 0))
   own = getattr(objective, 'flops_per_image', None)
   if own is None:
     return flops.model_flops_per_image(objective.model, resolution, train=True)

@@ -4,9 +4,12 @@
 AdamW), one added with `register`, or any optax optimizer that takes a learning rate as
 its first argument ('lion', 'lamb', 'adafactor', ...). Its keyword arguments are
 `config.optimizers.<name>` (absent: the factory's defaults). Every optimizer gets the
-config's learning-rate schedule, gradient clipping at `config.grad_clip_norm` and weight
-decay `config.weight_decay` on the kernels only (decay_mask); `config.layer_decay` < 1
-scales each parameter's updates by its depth (vit_jax.train.layer_decay).
+config's learning-rate schedule, gradient clipping at `config.grad_clip_norm` (of the
+global norm, or of each tensor's norm with `config.grad_clip_mode='per_tensor'` as DINO)
+and weight decay `config.weight_decay` on the kernels only (decay_mask), constant or,
+with `config.weight_decay_end` >= 0, cosine from weight_decay to it over the run (DINO);
+`config.layer_decay` < 1 scales each parameter's updates by its depth
+(vit_jax.train.layer_decay).
 """
 import inspect
 from typing import Any, Callable
@@ -50,6 +53,36 @@ def _adamw(learning_rate, weight_decay, mask, *, b1=0.9, b2=0.999, eps=1e-8,
 
 
 OPTIMIZERS: dict[str, Factory] = {'sgd': _sgd, 'adam': _adamw}
+CLIP_MODES = ('global', 'per_tensor')
+CONSTANT_DECAY = -1.0  # config.weight_decay_end: no schedule
+
+
+def clip_per_tensor(max_norm: float) -> optax.GradientTransformation:
+  """Scales each gradient tensor whose norm exceeds max_norm to max_norm (DINO's clipping)."""
+  def update(updates, state, params=None):
+    del params
+    def clip(g):
+      norm = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32))))
+      scale = jnp.minimum(1.0, max_norm / (norm + 1e-6))  # the official's epsilon
+      return (g * scale).astype(g.dtype)
+    return jax.tree.map(clip, updates), state
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def weight_decay_schedule(config: ml_collections.ConfigDict) -> Any:
+  """config.weight_decay, or a cosine from it to config.weight_decay_end over total_steps."""
+  end = config.get('weight_decay_end', CONSTANT_DECAY)
+  if end == CONSTANT_DECAY:
+    return config.weight_decay
+  if not 0 <= end < float('inf'):
+    raise ValueError(f'config.weight_decay_end={end!r} must be >= 0 (or -1: constant '
+                     'config.weight_decay).')
+  start, total = float(config.weight_decay), config.total_steps
+
+  def schedule(count):
+    progress = jnp.minimum(count, total) / total
+    return end + 0.5 * (start - end) * (1.0 + jnp.cos(jnp.pi * progress))
+  return schedule
 
 
 def register(name: str, factory: Factory) -> None:
@@ -107,9 +140,15 @@ def make(config: ml_collections.ConfigDict, schedule: Any) -> optax.GradientTran
   decay = config.get('layer_decay', 1.0)
   layer_of = models.family_of(config.model_name).layer_of if decay != 1 else None
   layer_decay.check(decay, layer_of, config.model_name, config.get('objective', 'supervised'))
-  opt = factory(schedule, config.weight_decay, decay_mask, **_kwargs(config, factory))
+  mode = config.get('grad_clip_mode', 'global')
+  if mode not in CLIP_MODES:
+    raise ValueError(f'config.grad_clip_mode={mode!r} is unknown; use one of '
+                     f'{", ".join(CLIP_MODES)}.')
+  opt = factory(schedule, weight_decay_schedule(config), decay_mask,
+                **_kwargs(config, factory))
   if decay != 1:
     opt = optax.chain(opt, layer_decay.scale_by_layer(layer_of, decay))
   if config.grad_clip_norm:
-    opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
+    clip = (clip_per_tensor if mode == 'per_tensor' else optax.clip_by_global_norm)
+    opt = optax.chain(clip(config.grad_clip_norm), opt)
   return opt

@@ -16,6 +16,7 @@ class TrainState:
 
   `extra` holds state that gradients do not train (a weight EMA, a teacher, a running
   centre): named entries, updated after the optimizer inside the step; {} when unused.
+  A stateful objective's own state is extra['objective'] (objectives.STATE_KEY).
   """
   step: jax.Array
   params: Any
@@ -39,7 +40,17 @@ def init_state(objective: objectives.Objective, tx: optax.GradientTransformation
   params = objective.init(init_rng, image_shape)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=tx.init(params), rng=state_rng,
-                    extra=init_extra(params) if init_extra else {})
+                    extra=initial_extra(objective, params, init_extra))
+
+
+def initial_extra(objective: objectives.Objective, params: Any,
+                  init_extra: Optional[ExtraInit] = None) -> dict:
+  """The extra slot for `params`: init_extra's entries plus the objective's own state."""
+  extra = dict(init_extra(params)) if init_extra else {}
+  own = objectives.init_state(objective, params)
+  if own is not None:
+    extra[objectives.STATE_KEY] = own
+  return extra
 
 
 def make_train_step(objective: objectives.Objective, tx: optax.GradientTransformation,
@@ -52,16 +63,28 @@ def make_train_step(objective: objectives.Objective, tx: optax.GradientTransform
   are averaged, which equals one step on the whole batch. Micro-batch j takes
   rows j, j + accum, ... so that each micro-batch stays spread over all devices.
   Metrics: train_loss, grad_norm, learning_rate (with a schedule) and the
-  objective's own metrics. `update_extra(extra, new params, step)` runs after the
-  optimizer update (e.g. ema.make_update).
+  objective's own metrics. A stateful objective (objectives.is_stateful) reads its
+  state in the loss and updates it after the optimizer update from the loss's
+  statistics (averaged over micro-batches); then `update_extra(extra, new params,
+  step)` runs (e.g. ema.make_update). Neither gets gradients or optimizer state.
   """
   accum = accum_steps
-  grad_fn = jax.value_and_grad(objective.loss, has_aux=True)
+  stateful = objectives.is_stateful(objective)
+
+  def loss_fn(params, batch, rng, own, step):
+    if stateful:
+      return objective.stateful_loss(params, own, batch, rng, step)
+    loss, metrics = objective.loss(params, batch, rng)
+    return loss, (metrics, {})
+
+  value_and_grad = jax.value_and_grad(loss_fn, has_aux=True)
 
   def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     rng = jax.random.fold_in(state.rng, state.step)
+    own = state.extra.get(objectives.STATE_KEY) if stateful else None
+    grad_fn = lambda p, b, r: value_and_grad(p, b, r, own, state.step)  # noqa: E731
     if accum == 1:
-      (loss, extra), grads = grad_fn(state.params, batch, rng)
+      (loss, (extra, stats)), grads = grad_fn(state.params, batch, rng)
     else:
       split = lambda x: jnp.swapaxes(  # noqa: E731
           x.reshape((x.shape[0] // accum, accum) + x.shape[1:]), 0, 1)
@@ -75,15 +98,19 @@ def make_train_step(objective: objectives.Objective, tx: optax.GradientTransform
           jnp.zeros_like,
           jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda x: x[::accum], batch),
                          rng))
-      ((loss, extra), grads), _ = jax.lax.scan(
+      ((loss, (extra, stats)), grads), _ = jax.lax.scan(
           body, zeros, (jnp.arange(accum), jax.tree.map(split, batch)))
-      loss, extra, grads = jax.tree.map(lambda x: x / accum, (loss, extra, grads))
+      loss, extra, stats, grads = jax.tree.map(lambda x: x / accum,
+                                               (loss, extra, stats, grads))
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads), **extra}
     if schedule is not None:
       metrics['learning_rate'] = schedule(state.step)
     extra = state.extra
+    if stateful:
+      extra = {**extra, objectives.STATE_KEY: objective.update_state(
+          own, params, stats, state.step + 1)}
     if update_extra is not None:
       extra = update_extra(extra, params, state.step + 1)
     new_state = state.replace(step=state.step + 1, params=params,

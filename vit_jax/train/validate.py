@@ -18,6 +18,7 @@ from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.configs import base
 from vit_jax.data import catalog
+from vit_jax.data import multicrop
 from vit_jax.data import pipeline
 from vit_jax.data import sources
 from vit_jax.models import formats
@@ -125,7 +126,11 @@ def validate(config: ml_collections.ConfigDict,
   pipeline.check_eval_config(config)
   # Preset, overrides, options; then the objective's options on that model.
   model = from_config.build(config, info.num_classes)
-  objectives.make(config, model)
+  objective = objectives.make(config, model)
+  check_views = getattr(objective, 'check_views', None)
+  if check_views is not None:  # objectives that train on multi-crop views
+    check_views(config.pp.crop, multicrop.counts(config.pp)
+                if multicrop.enabled(config.pp) else None)
   _warn_unused_objective_options(config)
   _warn_mask_rounding(config, model)
   evaluators.check(config)

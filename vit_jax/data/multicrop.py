@@ -1,0 +1,119 @@
+"""Multi-crop views (DINO, Caron et al. 2021): several augmented crops of every example.
+
+With config.pp.multicrop.global_pp set, a training example becomes
+  'image' uint8 [G, crop, crop, C]        one view per pp string of global_pp
+  'local' uint8 [L, local_crop, local_crop, C]   L = local_crops views of local_pp
+(pp.train is not used). View k of an example is seeded by fold_in(example seed, k), so
+every random choice is a function of (seed, step, example) and resume stays exact.
+
+The official recipe as named compositions of ops (vit_jax.data.pp_registry):
+  dino_global1  inception_crop(pp.crop, global_area)|flip_lr|jitter|blur(1.0)
+  dino_global2  inception_crop(pp.crop, global_area)|flip_lr|jitter|blur(0.1)|solarize(0.2)
+  dino_local    inception_crop(local_crop, local_area)|flip_lr|jitter|blur(0.5)
+with jitter = color_jitter(0.4, 0.4, 0.2, 0.1, p 0.8)|grayscale(0.2), blur sigma 0.1..2
+and flip_lr only with pp.flip.
+"""
+from typing import Any
+
+import tensorflow as tf
+
+from vit_jax.data import pp_registry
+from vit_jax.data import preprocess
+
+JITTER = 'color_jitter(0.4, 0.4, 0.2, 0.1, 0.8)|grayscale(0.2)'
+
+
+def _crop(pp, size: int, key: str) -> str:
+  """The random resized crop, then flip_lr if pp.flip, then the colour jitter."""
+  lo, hi = pp.multicrop[key]
+  flip = '|flip_lr' if pp.flip else ''
+  return f'inception_crop({size}, {float(lo)!r}, {float(hi)!r}){flip}|{JITTER}'
+
+
+@pp_registry.register_composition('dino_global1')
+def _global1(pp) -> str:
+  return _crop(pp, pp.crop, 'global_area') + '|blur(1.0)'
+
+
+@pp_registry.register_composition('dino_global2')
+def _global2(pp) -> str:
+  return _crop(pp, pp.crop, 'global_area') + '|blur(0.1)|solarize(0.2)'
+
+
+@pp_registry.register_composition('dino_local')
+def _local(pp) -> str:
+  return _crop(pp, pp.multicrop.local_crop, 'local_area') + '|blur(0.5)'
+
+
+def enabled(pp) -> bool:
+  """Whether training examples are multi-crop views."""
+  return bool(pp.get('multicrop', {}).get('global_pp', ()))
+
+
+def counts(pp) -> tuple[int, int, int]:
+  """(global views, local views, local crop size) of each example; (1, 0, 0) when off."""
+  if not enabled(pp):
+    return 1, 0, 0
+  m = pp.multicrop
+  return len(m.global_pp), m.local_crops, m.local_crop
+
+
+def _chain(text: str, pp) -> pp_registry.Chain:
+  if not pp_registry.decodes_first(text, pp):
+    text = 'decode|' + text
+  return pp_registry.build(text, pp)
+
+
+def check(pp) -> None:
+  """One-line errors for multi-crop settings that cannot work (when it is on)."""
+  if not enabled(pp):
+    return
+  m = pp.multicrop
+  if isinstance(m.global_pp, str):
+    raise ValueError(f'config.pp.multicrop.global_pp={m.global_pp!r} must be a tuple of '
+                     "pp strings, one per global view, e.g. ('dino_global1', 'dino_global2').")
+  local = m.local_crops
+  if not isinstance(local, int) or isinstance(local, bool) or local < 0:
+    raise ValueError(f'config.pp.multicrop.local_crops={local!r} must be an integer >= 0.')
+  size = m.local_crop
+  if local and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+    raise ValueError(f'config.pp.multicrop.local_crop={size!r} must be a positive '
+                     'integer (pixels).')
+  if local and size > pp.crop:
+    raise ValueError(f'config.pp.multicrop.local_crop={size} is larger than the global '
+                     f'crop config.pp.crop={pp.crop}: local crops must be the smaller views.')
+  for key in ('global_area', 'local_area'):
+    area = tuple(m[key])
+    if len(area) != 2 or not 0 < area[0] <= area[1] <= 1:
+      raise ValueError(f'config.pp.multicrop.{key}={area!r} must be (min, max) with '
+                       '0 < min <= max <= 1.')
+  texts = [(f'global_pp[{i}]', t) for i, t in enumerate(m.global_pp)]
+  if local:
+    texts.append(('local_pp', m.local_pp))
+  for key, text in texts:
+    try:
+      _chain(text, pp)
+    except ValueError as e:
+      raise ValueError(f'config.pp.multicrop.{key}={text!r}: {e}') from None
+
+
+def views(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1) -> dict[str, Any]:
+  """{'image': [G, crop, crop, C], 'local': [L, s, s, C]} uint8 views of encoded bytes.
+
+  'local' is left out when there are no local crops.
+  """
+  m = pp.multicrop
+  enc = pp_registry.Encoded(data, pp.num_channels, scale)
+  fold_in = tf.random.experimental.stateless_fold_in
+
+  def run(text: str, k: int, size: int) -> tf.Tensor:
+    image = _chain(text, pp)(enc, fold_in(seed, k))
+    image = image if image.dtype == tf.uint8 else preprocess.to_uint8(image)
+    return tf.ensure_shape(image, [size, size, pp.num_channels])
+
+  out = {'image': tf.stack([run(t, k, pp.crop) for k, t in enumerate(m.global_pp)])}
+  first = len(m.global_pp)
+  if m.local_crops:
+    out['local'] = tf.stack([run(m.local_pp, first + k, m.local_crop)
+                             for k in range(m.local_crops)])
+  return out
