@@ -93,7 +93,7 @@ class PresetTest(parameterized.TestCase):
     params = variables['params']
     self.assertEqual(params['head']['kernel'].shape[-1], 7)
     cfg = models.MODEL_CONFIGS[name]
-    plain = not any(k in cfg for k in _VARIANT_KEYS) and cfg.classifier != 'map'
+    plain = not any(k in cfg for k in _VARIANT_KEYS) and cfg.get('classifier') != 'map'
     if models.family_of(cfg).name == 'vit' and 'resnet' not in cfg and plain:
       self.assertEqual(_count(params), _vit_count(name, 7, 224))
 

@@ -1,7 +1,12 @@
 """Model families: one record per kind of model, asked by every other part of the package.
 
 A family is the Flax module class plus what the trainer, FLOP counter, checkpoint
-formats, `predict` and `visualize` need to know about it. To add a family, write its
+formats, `predict` and `visualize` need to know about it. It is the one place that reads
+its parameter tree for the others: prefix-token counts, embed/encode (the masked
+objectives), the architecture a tree implies (`fields_from_params`) and the fitting of a
+checkpoint's position embedding (`adapt_posemb`). A preset names its family (its
+'family' key); mappings without one (a built model's fields) are recognised by
+`signature`. To add a family, write its
 module and call `register(Family(...), presets)`; nothing else branches on the kind of
 model. ViT (with its ResNet hybrids) and MLP-Mixer are registered in
 `vit_jax/models/__init__.py`.
