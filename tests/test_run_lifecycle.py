@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tests import test_train
+from tests import tfds_testdata
 from tests import tiny_trained
 from vit_jax import checkpoint
 from vit_jax import models
@@ -192,6 +193,8 @@ class HomeTest(absltest.TestCase):
     params = from_config.build(test_train.tiny_config(), 10).init(
         jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 3)))['params']
     checkpoint.save(params, os.path.join(home, 'init.npz'))
+    # ~/tfds is the session's prepared data: the path is what is tested, not preparation.
+    os.symlink(tfds_testdata.data_dir(), os.path.join(home, 'tfds'))
     out = subprocess.run(
         _main_args('~/run', '--config.pretrained_path=~/init.npz',
                    '--config.data_dir=~/tfds', '--config.total_steps=3',

@@ -1,5 +1,16 @@
-"""`python -m vit_jax.fewshot`: few-shot accuracy (vit_jax.cli.fewshot)."""
-from vit_jax.cli import fewshot
+r"""Few-shot linear-probe accuracy of a checkpoint (vit_jax.evaluators.fewshot).
+
+  python -m vit_jax.fewshot --model=ViT-B_16 --checkpoint=params.npz \
+      --datasets=mnist5k,digits --shots=1,5,10,25 --seeds=3
+
+--random_init=SEED probes the same architecture from random weights (a baseline).
+"""
+import sys
+
+from vit_jax.cli import common
 
 if __name__ == '__main__':
+  common.exit_on_help(sys.argv, common.define_fewshot_flags)
+  # Only now: the command's modules load TensorFlow, which --help does not need.
+  from vit_jax.cli import fewshot  # pylint: disable=g-import-not-at-top
   fewshot.run()

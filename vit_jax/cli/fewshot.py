@@ -1,10 +1,4 @@
-r"""Few-shot linear-probe accuracy of a checkpoint (vit_jax.evaluators.fewshot).
-
-  python -m vit_jax.fewshot --model=ViT-B_16 --checkpoint=params.npz \
-      --datasets=mnist5k,digits --shots=1,5,10,25 --seeds=3
-
---random_init=SEED probes the same architecture from random weights (a baseline).
-"""
+"""`python -m vit_jax.fewshot`; its usage (--help) is vit_jax/fewshot.py's docstring."""
 from typing import Optional, Sequence
 
 from absl import app
@@ -21,20 +15,6 @@ from vit_jax.inference import load
 from vit_jax.parallel import sharding
 
 FLAGS = flags.FLAGS
-
-
-def _define_flags() -> None:
-  common.define_checkpoint_flags()
-  flags.DEFINE_list('datasets', ['mnist5k'], "TFDS names, or 'name|train|test'.")
-  flags.DEFINE_list('shots', ['1', '5', '10', '25'], 'Examples per class.')
-  flags.DEFINE_integer('seeds', 3, 'Random draws of the shots per dataset.')
-  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
-                       "checkpoint's.")
-  flags.DEFINE_integer('batch', 0, 'Batch size; 0: 8 per device.')
-  flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
-  flags.DEFINE_integer('random_init', None, "Probe the checkpoint's architecture "
-                       'freshly initialised with this seed instead of its weights: '
-                       'the baseline a pre-training run should beat.')
 
 
 def fewshot_config(resolution: int, batch: int,
@@ -82,5 +62,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.fewshot`."""
-  errors.run_command('vit_jax.fewshot', _define_flags, main,
+  errors.run_command('vit_jax.fewshot', common.define_fewshot_flags, main,
                      (ValueError, OSError, RuntimeError))
