@@ -9,10 +9,12 @@ from PIL import Image
 import yaml
 
 from tests import tiny_trained
+from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.cli import common
 from vit_jax.inference import curves
 from vit_jax.train import loop
+from vit_jax.train import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, 'docs', 'images', 'examples')
@@ -167,6 +169,19 @@ class TrainedWorkdirTest(absltest.TestCase):
       config = json.load(f)
     self.assertEqual(config['model']['num_classes'], 10)  # -1 in the config file
     self.assertEqual(config['dataset'], 'mnist5k')
+
+  def test_the_run_writes_the_layout_rundir_names_and_one_reader_reads_it(self):
+    files = os.listdir(self.workdir)
+    for name in (rundir.CONFIG_FILE, rundir.PARAMS_FILE, rundir.METRICS_FILE):
+      self.assertIn(name, files)
+    self.assertEqual(rundir.objective_params_file('mae'), 'mae_params.npz')
+    # One reader of metrics.jsonl, under the names the trainer and the plots had for it.
+    self.assertIs(writers.read_metrics, rundir.read_metrics)
+    self.assertIs(curves.read_metrics, rundir.read_metrics)
+    records = rundir.read_metrics(self.workdir)
+    self.assertEqual(records, rundir.read_metrics(
+        os.path.join(self.workdir, rundir.METRICS_FILE)))
+    self.assertEqual([r['step'] for r in records if 'train_loss' in r], [100, 200, 300])
 
   def test_predict_names_classes_after_the_runs_dataset(self):
     proc = subprocess.run(

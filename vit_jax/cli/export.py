@@ -9,6 +9,7 @@ from absl import logging
 
 from vit_jax import errors
 from vit_jax import fileio
+from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.cli import common
 from vit_jax.inference import load
@@ -20,7 +21,7 @@ def workdir_pp(checkpoint_path: str) -> Optional[dict[str, Any]]:
   """config.pp of the vit_jax workdir holding the checkpoint, if it is one."""
   directory = (checkpoint_path if os.path.isdir(checkpoint_path) else
                os.path.dirname(os.path.abspath(checkpoint_path)))
-  path = os.path.join(directory, 'config.json')
+  path = os.path.join(directory, rundir.CONFIG_FILE)
   if not os.path.exists(path):
     return None
   try:

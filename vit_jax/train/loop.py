@@ -23,6 +23,7 @@ import numpy as np
 from vit_jax import checkpoint
 from vit_jax import evaluators
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.data import pipeline
 from vit_jax.models import families
 from vit_jax.models import from_config
@@ -42,8 +43,8 @@ from vit_jax.train import validate
 from vit_jax.train import workdir as workdir_lib
 from vit_jax.train import writers
 
-PARAMS_FILE = 'params.npz'
-CONFIG_FILE = 'config.json'
+PARAMS_FILE = rundir.PARAMS_FILE
+CONFIG_FILE = rundir.CONFIG_FILE
 
 
 class NonFiniteError(RuntimeError):
@@ -153,7 +154,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
     _export(objective.model_params(ema.params_of(state.extra)), workdir, ema.PARAMS_FILE)
   extra = objectives.auxiliary_params(objective, state.params)
   if extra is not None:  # e.g. MAE's decoder, for reconstructions
-    _export(extra, workdir, f'{config.objective}_{PARAMS_FILE}')
+    _export(extra, workdir, rundir.objective_params_file(config.objective))
   writer.flush()
   return {**final, 'step': config.total_steps}
 
