@@ -28,7 +28,7 @@ def objective_params_file(objective: str) -> str:
   return f'{objective}_{PARAMS_FILE}'
 
 
-def _as_workdir(path: str) -> str:
+def as_workdir(path: str) -> str:
   """The work directory, also where its metrics.jsonl itself was named."""
   if os.path.basename(os.path.normpath(path)) == METRICS_FILE and epath.Path(path).is_file():
     return os.path.dirname(os.path.normpath(path)) or '.'
@@ -42,7 +42,7 @@ def read_records(workdir: str) -> tuple[list[dict], int]:
   yet) is skipped and counted. A finished line that is no record is damage: a
   one-line error, as are a missing directory or file.
   """
-  workdir = _as_workdir(workdir)
+  workdir = as_workdir(workdir)
   path = os.path.join(workdir, METRICS_FILE)
   if epath.Path(workdir).is_file():
     raise NotADirectoryError(f'{workdir} is a file, not a work directory; pass the '

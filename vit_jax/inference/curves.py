@@ -64,7 +64,7 @@ def render_curves(records: list[dict], title: str) -> np.ndarray:
 def write_curves(workdir: str, out: str = '') -> tuple[str, int]:
   """Writes the curves of `workdir` to `out` (default WORKDIR/curves.png); returns (out, lines skipped)."""
   records, skipped = read_records(workdir)
-  workdir = _as_workdir(workdir)
+  workdir = rundir.as_workdir(workdir)
   out = out or os.path.join(workdir, 'curves.png')
   if os.path.isdir(out):
     raise IsADirectoryError(f'--out={out} is a directory; pass a .png file path.')
