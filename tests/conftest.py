@@ -1,5 +1,7 @@
 """Test-session setup: simulated CPU devices must be requested before jax starts."""
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
@@ -10,6 +12,12 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
                       tempfile.mkdtemp(prefix='vit_jax_test_xla_cache_'))
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+# One directory for the whole session, xdist workers included (they inherit the environment
+# of the process that loaded this file first): the TFDS data and the tiny trained model in
+# it are prepared once, not once per worker (tests/tfds_testdata.py, tests/tiny_trained.py).
+if 'VITJAX_TEST_SESSION_DIR' not in os.environ:
+  os.environ['VITJAX_TEST_SESSION_DIR'] = tempfile.mkdtemp(prefix='vit_jax_test_session_')
+  atexit.register(shutil.rmtree, os.environ['VITJAX_TEST_SESSION_DIR'], ignore_errors=True)
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 
 # absltest helpers (create_tempdir, ...) read absl flags, which pytest never parses.

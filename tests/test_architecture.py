@@ -9,8 +9,8 @@ from vit_jax import errors
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        'vit_jax')
 # Stages in data-flow order: each may import only itself and the ones before it.
-STAGES = ('errors', 'fileio', 'models', 'parallel', 'data', 'configs', 'inference', 'serving',
-          'evaluators', 'train', 'perf', 'cli')
+STAGES = ('errors', 'fileio', 'rundir', 'models', 'parallel', 'data', 'configs', 'inference',
+          'serving', 'evaluators', 'train', 'perf', 'cli')
 # vit_jax.checkpoint is the public face of the models stage's checkpoint formats.
 ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.

@@ -6,17 +6,22 @@ import sys
 
 from absl.testing import absltest
 from PIL import Image
+import yaml
 
 from tests import tiny_trained
+from vit_jax import rundir
+from vit_jax import serving
+from vit_jax.cli import common
 from vit_jax.inference import curves
 from vit_jax.train import loop
+from vit_jax.train import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, 'docs', 'images', 'examples')
 
 # Every flag each command takes, as `--help` must list it.
 COMMAND_FLAGS = {
-    'vit_jax.main': ('config', 'workdir', 'debug'),
+    'vit_jax.main': ('config', 'workdir', 'debug', 'print_config'),
     'vit_jax.predict': ('checkpoint', 'model', 'labels', 'resolution', 'activation',
                         'top', 'data_dir'),
     'vit_jax.visualize': ('checkpoint', 'model', 'out', 'resolution'),
@@ -28,9 +33,37 @@ COMMAND_FLAGS = {
     'vit_jax.evaluate': ('checkpoint', 'model', 'num_heads', 'dataset', 'split',
                          'data_dir', 'resolution', 'batch', 'loss'),
     'vit_jax.plot': ('out',),
+    'vit_jax.list': (),
     'vit_jax.perf.benchmark': ('model', 'batch', 'resolution', 'steps', 'remat',
                                'profile_dir'),
+    'vit_jax.perf.memory': ('devices', 'config', 'hidden_size'),
+    'vit_jax.perf.data_benchmark': ('dataset', 'batch', 'recipe'),
+    'vit_jax.perf.checkpoint_verify': ('dir',),
 }
+# What each usage text must name besides the flags: positional arguments, the config syntax.
+USAGE_NAMES = {
+    'vit_jax.main': ('--config.KEY=VALUE', 'quickstart', 'pretrain_mae', '--print_config'),
+    'vit_jax.predict': ('IMAGE [IMAGE ...]',),
+    'vit_jax.visualize': ('IMAGE [IMAGE ...]',),
+    'vit_jax.plot': ('WORKDIR',),
+    'vit_jax.list': ('models', 'configs', 'datasets'),
+    'vit_jax.convert': ('--num_heads', '.safetensors'),  # the usage itself, no pointer
+    'vit_jax.export': ('stablehlo', 'saved_model', 'onnx'),
+}
+# Runs a command as `python -m NAME --help` does and reports its exit status and whether
+# TensorFlow had been imported by the time the help was printed.
+_HELP_PROBE = """
+import runpy, sys
+name = sys.argv[1]
+sys.argv = [name, '--help']
+try:
+  runpy.run_module(name, run_name='__main__', alter_sys=True)
+  code = None
+except SystemExit as e:
+  code = e.code
+sys.stdout.flush()
+print(f'PROBE exit={code} tensorflow={"tensorflow" in sys.modules}', file=sys.stderr)
+"""
 
 
 def _env():
@@ -39,21 +72,45 @@ def _env():
 
 class HelpTest(absltest.TestCase):
 
-  def test_help_lists_every_flag_of_every_command(self):
+  def test_help_of_every_command_exits_0_before_tensorflow_loads(self):
     # All at once: each start-up is mostly imports, so they overlap well.
     procs = {name: subprocess.Popen(
-        [sys.executable, '-m', name, '--help'], stdout=subprocess.PIPE,
+        [sys.executable, '-c', _HELP_PROBE, name], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env=_env(), cwd='/')
              for name in COMMAND_FLAGS}
     for name, proc in procs.items():
       out, err = proc.communicate(timeout=300)
-      # absl's --help exits with status 1 after printing the help.
-      self.assertIn(proc.returncode, (0, 1), f'{name}: {err[-1000:]}')
-      self.assertIn('flags:', out, f'{name}: {err[-1000:]}')
-      for flag in COMMAND_FLAGS[name]:
-        self.assertRegex(out, rf'--(\[no\])?{flag}\b', f'{name} --help lacks --{flag}')
-      self.assertNotIn('--jax_', out, f'{name}: --help is for our flags; '
-                       '--helpfull lists the libraries\'')
+      with self.subTest(name):
+        self.assertIn('PROBE exit=0 tensorflow=False', err, f'{name}: {err[-1000:]}')
+        self.assertIn('flags:', out, f'{name}: {err[-1000:]}')
+        for flag in COMMAND_FLAGS[name]:
+          self.assertRegex(out, rf'--(\[no\])?{flag}\b', f'{name} --help lacks --{flag}')
+        for text in USAGE_NAMES.get(name, ()):
+          self.assertIn(text, out, f'{name} --help does not name {text}')
+        self.assertNotIn('see vit_jax.cli', out)
+        self.assertNotIn('--jax_', out, f'{name}: --help is for our flags; '
+                         '--helpfull lists the libraries\'')
+        # A whole config as a flag's default (perf.memory's --config) is cut to one line.
+        self.assertNotIn('eval_split:', out, name)
+
+  def test_export_formats_of_the_help_are_the_serving_formats(self):
+    self.assertEqual(common.EXPORT_FORMATS, serving.FORMATS)
+
+  def test_print_config_shows_the_resolved_config_without_training(self):
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    proc = subprocess.run(
+        [sys.executable, '-c', _HELP_PROBE.replace("'--help'", "*sys.argv[2:]"),
+         'vit_jax.main', '--config=quickstart', '--config.model.num_layers=2',
+         '--config.progress_every=7',
+         '--config.data_dir=~/tfds', f'--workdir={workdir}', '--print_config'],
+        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+    self.assertIn('PROBE exit=0 tensorflow=False', proc.stderr, proc.stderr[-2000:])
+    printed = yaml.safe_load(proc.stdout.replace('!!python/tuple', ''))
+    self.assertEqual(printed['model']['num_layers'], 2)  # the override
+    self.assertEqual(printed['model']['hidden_size'], 96)  # the quickstart's own value
+    self.assertEqual(printed['log_every'], 7)  # an original key, translated
+    self.assertEqual(printed['data_dir'], os.path.expanduser('~/tfds'))
+    self.assertFalse(os.path.exists(workdir))
 
 
 class GcsCheckpointTest(absltest.TestCase):
@@ -112,6 +169,19 @@ class TrainedWorkdirTest(absltest.TestCase):
       config = json.load(f)
     self.assertEqual(config['model']['num_classes'], 10)  # -1 in the config file
     self.assertEqual(config['dataset'], 'mnist5k')
+
+  def test_the_run_writes_the_layout_rundir_names_and_one_reader_reads_it(self):
+    files = os.listdir(self.workdir)
+    for name in (rundir.CONFIG_FILE, rundir.PARAMS_FILE, rundir.METRICS_FILE):
+      self.assertIn(name, files)
+    self.assertEqual(rundir.objective_params_file('mae'), 'mae_params.npz')
+    # One reader of metrics.jsonl, under the names the trainer and the plots had for it.
+    self.assertIs(writers.read_metrics, rundir.read_metrics)
+    self.assertIs(curves.read_metrics, rundir.read_metrics)
+    records = rundir.read_metrics(self.workdir)
+    self.assertEqual(records, rundir.read_metrics(
+        os.path.join(self.workdir, rundir.METRICS_FILE)))
+    self.assertEqual([r['step'] for r in records if 'train_loss' in r], [100, 200, 300])
 
   def test_predict_names_classes_after_the_runs_dataset(self):
     proc = subprocess.run(

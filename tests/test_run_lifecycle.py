@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tests import test_train
+from tests import tfds_testdata
 from tests import tiny_trained
 from vit_jax import checkpoint
 from vit_jax import models
@@ -21,6 +22,7 @@ from vit_jax.inference import load
 from vit_jax.models import formats
 from vit_jax.models import from_config
 from vit_jax.train import loop
+from vit_jax.train import optimizers
 from vit_jax.train import preemption
 from vit_jax.train import writers
 
@@ -119,8 +121,13 @@ class FinishedRunTest(absltest.TestCase):
     workdir = self.create_tempdir().full_path
     first = loop.train_and_evaluate(test_train.tiny_config(), workdir)
     before = _tree(workdir)
-    with self.assertLogs(level='INFO') as logs:
+    # The config check builds the model and optimizer once; the run uses those (spies: the
+    # real functions run).
+    build = mock.patch.object(from_config, 'build', wraps=from_config.build)
+    make_tx = mock.patch.object(optimizers, 'make', wraps=optimizers.make)
+    with self.assertLogs(level='INFO') as logs, build as built, make_tx as made:
       again = loop.train_and_evaluate(test_train.tiny_config(), workdir)
+    self.assertEqual((built.call_count, made.call_count), (1, 1))
     self.assertEqual(again['accuracy_test'], first['accuracy_test'])
     self.assertEqual(again['step'], 8)
     # The last step's train metrics come along from metrics.jsonl.
@@ -192,6 +199,8 @@ class HomeTest(absltest.TestCase):
     params = from_config.build(test_train.tiny_config(), 10).init(
         jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 3)))['params']
     checkpoint.save(params, os.path.join(home, 'init.npz'))
+    # ~/tfds is the session's prepared data: the path is what is tested, not preparation.
+    os.symlink(tfds_testdata.data_dir(), os.path.join(home, 'tfds'))
     out = subprocess.run(
         _main_args('~/run', '--config.pretrained_path=~/init.npz',
                    '--config.data_dir=~/tfds', '--config.total_steps=3',

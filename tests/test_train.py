@@ -11,6 +11,7 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
+from tests import tfds_testdata
 from vit_jax import checkpoint
 from vit_jax import configs
 from vit_jax.data import sources
@@ -248,7 +249,8 @@ class CommandLineTest(absltest.TestCase):
          f'--config={os.path.join(REPO, "configs", "quickstart.py")}',
          f'--workdir={workdir}', '--config.total_steps=4', '--config.warmup_steps=1',
          '--config.batch=16', '--config.eval_split=test[:200]', '--config.batch_eval=200',
-         '--config.log_every=2', f'--config.data_dir={os.path.join(elsewhere, "tfds")}'],
+         '--config.log_every=2', '--config.model.num_layers=1',
+         f'--config.data_dir={tfds_testdata.data_dir()}'],
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
     self.assertEqual(out.returncode, 0, out.stderr[-2000:])
     self.assertIn('accuracy_test', metrics.read_metrics(workdir)[-1])

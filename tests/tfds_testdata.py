@@ -18,9 +18,17 @@ from vit_jax.configs import base
 
 @functools.cache
 def data_dir() -> str:
-  """Returns this session's temporary TFDS data dir."""
-  path = tempfile.mkdtemp(prefix='vit_jax_tfds_')
-  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  """Returns this session's temporary TFDS data dir, shared by the xdist workers.
+
+  conftest.py names the session directory; run without it (a file as a script), a
+  directory of this process. Preparation is serialised by the data stage's own lock.
+  """
+  session = os.environ.get('VITJAX_TEST_SESSION_DIR')
+  if not session:
+    session = tempfile.mkdtemp(prefix='vit_jax_tfds_')
+    atexit.register(shutil.rmtree, session, ignore_errors=True)
+  path = os.path.join(session, 'tfds')
+  os.makedirs(path, exist_ok=True)
   return path
 
 

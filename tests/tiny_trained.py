@@ -1,15 +1,19 @@
-"""A tiny ViT trained on mnist5k by the real trainer, once per test process.
+"""A tiny ViT trained on mnist5k by the real trainer, once per test session.
 
-The few-shot, predict and visualize tests share it: training (~75% test accuracy) costs
-~30 s on 2 idle CPU cores, so it is done on first use and reused through a module-level cache.
+The few-shot, predict, visualize, evaluate and run-lifecycle tests share it: training (~75%
+test accuracy) costs ~30 s on 2 idle CPU cores, so the first process to need it trains it
+into the session directory (under a lock: xdist workers wait for it, not train it again).
 """
+import fcntl
 import functools
+import json
 import os
 import tempfile
 
 import jax
 import numpy as np
 
+from tests import tfds_testdata
 from vit_jax import checkpoint
 from vit_jax import configs
 from vit_jax import models
@@ -55,10 +59,20 @@ def config(data_dir: str, **overrides):
 @functools.lru_cache(maxsize=None)
 def trained() -> tuple[str, str, dict]:
   """(params.npz path, TFDS data dir, final metrics) of the trained tiny model."""
-  root = tempfile.mkdtemp(prefix='vit_jax_tiny_')
-  data_dir = os.path.join(root, 'tfds')
+  data_dir = tfds_testdata.data_dir()
+  root = os.path.join(os.path.dirname(data_dir), 'tiny')
   workdir = os.path.join(root, 'work')
-  result = loop.train_and_evaluate(config(data_dir), workdir)
+  final = os.path.join(root, 'final.json')
+  os.makedirs(root, exist_ok=True)
+  with open(os.path.join(root, '.lock'), 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not os.path.exists(final):
+      result = loop.train_and_evaluate(config(data_dir), workdir)
+      with open(final + '.tmp', 'w') as f:
+        json.dump({k: float(v) for k, v in result.items()}, f)
+      os.replace(final + '.tmp', final)
+  with open(final) as f:
+    result = json.load(f)
   return os.path.join(workdir, loop.PARAMS_FILE), data_dir, result
 
 
@@ -69,8 +83,8 @@ def untrained(seed: int = 0) -> tuple[str, str]:
   The directory holds what a finished run leaves for the checkpoint commands
   (params.npz beside config.json), without the 30 s of training.
   """
-  root = tempfile.mkdtemp(prefix='vit_jax_untrained_')
-  data_dir = os.path.join(root, 'tfds')
+  data_dir = tfds_testdata.data_dir()
+  root = tempfile.mkdtemp(prefix='untrained_', dir=os.path.dirname(data_dir))
   workdir = os.path.join(root, 'work')
   c = config(data_dir)
   model = models.get_model(c.model_name, **from_config.model_kwargs(

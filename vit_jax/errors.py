@@ -37,6 +37,53 @@ def list_flags_in_help(fv: flags.FlagValues = flags.FLAGS) -> None:
 # The exit status of every user error (a bad flag, path or file), as vit_jax.main's.
 USER_ERROR = 2
 
+_HELP = ('--help', '-help', '-h', '--helpshort', '-?', '--helpfull', '-helpfull')
+
+
+def _short_defaults(help_text: str) -> str:
+  """absl's help with each default that spans lines (a whole config) cut to one line."""
+  out, skipping = [], False
+  for line in help_text.splitlines():
+    if skipping:
+      skipping = not line.rstrip().endswith("')")
+      continue
+    start = line.find("(default: '")
+    if start >= 0 and not line.rstrip().endswith("')"):
+      out.append(line[:start] + '(default: a whole config; the description above says '
+                 'which)')
+      skipping = True
+      continue
+    out.append(line)
+  return '\n'.join(out)
+
+
+def exit_on_help(argv: list[str], define_flags: Callable[[], None] = lambda: None,
+                 extra: str = '') -> None:
+  """Prints the command's help to stdout and exits 0 when argv asks for it.
+
+  Called before anything heavy is imported (the entry modules call it before the command's
+  module loads TensorFlow), so `--help` answers in about a second. The help is the entry
+  module's docstring, `extra` (e.g. the shipped configs) and the package's flags;
+  --helpfull adds the libraries' flags. absl's own --help would exit 1.
+  """
+  asked = [a for a in argv[1:] if a.split('=')[0] in _HELP]
+  if not asked:
+    return
+  define_flags()
+  list_flags_in_help()
+  full = any('helpfull' in a for a in asked)
+  usage = (sys.modules['__main__'].__doc__ or f'python -m {argv[0]} [flags]').strip()
+  sys.stdout.write(usage + '\n')
+  if extra:
+    sys.stdout.write('\n' + extra.strip() + '\n')
+  sys.stdout.write('\nflags:\n')
+  help_text = flags.FLAGS.get_help() if full else flags.FLAGS.main_module_help()
+  sys.stdout.write(_short_defaults(help_text) + '\n')
+  if not full:
+    sys.stdout.write('\nTry --helpfull to list the libraries\' flags too.\n')
+  sys.stdout.flush()
+  sys.exit(0)
+
 
 class _Usage(ValueError):
   """A wrong command line, reported like every other user error."""
@@ -45,6 +92,7 @@ class _Usage(ValueError):
 def run_command(prog: str, define_flags: Callable[[], None], main_fn: Callable,
                 errors: tuple = (ValueError, OSError)) -> None:
   """Runs an absl main with one-line errors (`prog: error: ...`, exit 2) instead of tracebacks."""
+  exit_on_help(sys.argv, define_flags)
   define_flags()
   list_flags_in_help()
 

@@ -1,5 +1,24 @@
-"""`python -m vit_jax.evaluate`: a checkpoint's accuracy on a split (vit_jax.cli.evaluate)."""
-from vit_jax.cli import evaluate
+r"""Accuracy, loss and example count of a checkpoint on a dataset split (as timm's validate.py).
+
+  python -m vit_jax.evaluate --checkpoint=/tmp/vit_quickstart/params.npz
+  python -m vit_jax.evaluate --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
+      --dataset=cifar10 --split=test --resolution=384
+  python -m vit_jax.evaluate --checkpoint=vit.safetensors --num_heads=2 \
+      --dataset=folder:/data/pets --split=validation
+
+The checkpoint is anything `predict` reads (.npz, timm state dict, transformers
+directory). The params.npz of a vit_jax work directory is evaluated as its run
+evaluated it: the dataset, evaluation split, preprocessing and loss of the
+config.json beside it (each flag overrides its part). Otherwise images are
+resized to the model's resolution (the original vit_jax evaluation) and the loss
+is softmax cross-entropy. Every example of the split is counted once.
+"""
+import sys
+
+from vit_jax.cli import common
 
 if __name__ == '__main__':
+  common.exit_on_help(sys.argv, common.define_evaluate_flags)
+  # Only now: the command's modules load TensorFlow, which --help does not need.
+  from vit_jax.cli import evaluate  # pylint: disable=g-import-not-at-top
   evaluate.run()

@@ -1,5 +1,21 @@
-"""`python -m vit_jax.export`: see vit_jax.cli.export."""
-from vit_jax.cli import export
+r"""Exports a checkpoint for serving: StableHLO, TensorFlow SavedModel or ONNX.
+
+  python -m vit_jax.export --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
+      --format=stablehlo --output=vit_b16.stablehlo
+  python -m vit_jax.export --checkpoint=vit-hf/ --format=saved_model --output=vit_sm
+  python -m vit_jax.export --checkpoint=/tmp/run/params.npz --format=onnx --output=vit.onnx
+
+The checkpoint is anything `predict` reads (.npz, timm state dict with --model,
+transformers directory). The SavedModel applies the evaluation preprocessing:
+a vit_jax workdir's config.json beside the checkpoint gives its pp.eval
+recipe, otherwise images are resized to the resolution (predict's).
+"""
+import sys
+
+from vit_jax.cli import common
 
 if __name__ == '__main__':
+  common.exit_on_help(sys.argv, common.define_export_flags)
+  # Only now: the command's modules load TensorFlow, which --help does not need.
+  from vit_jax.cli import export  # pylint: disable=g-import-not-at-top
   export.run()

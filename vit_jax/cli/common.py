@@ -1,5 +1,22 @@
-"""What the checkpoint commands share: the --model/--checkpoint flags."""
+"""The commands' flags, in a module light enough for --help to answer before TensorFlow loads.
+
+The entry modules of the commands whose work needs TensorFlow (vit_jax/fewshot.py, ...)
+call exit_on_help with these definitions before they import the command itself.
+"""
+from typing import Callable
+
 from absl import flags
+
+from vit_jax import errors
+from vit_jax.train import objectives
+
+# vit_jax.serving.FORMATS, which loads TensorFlow on import (test_newcomer checks they agree).
+EXPORT_FORMATS = ('stablehlo', 'saved_model', 'onnx')
+
+
+def exit_on_help(argv: list[str], define_flags: Callable[[], None]) -> None:
+  """Prints a command's help and exits 0 when argv asks for it (vit_jax.errors.exit_on_help)."""
+  errors.exit_on_help(argv, define_flags)
 
 
 def define_checkpoint_flags() -> None:
@@ -12,3 +29,54 @@ def define_checkpoint_flags() -> None:
                       required=True)
   flags.DEFINE_integer('num_heads', None, 'Attention heads of a timm state dict '
                        'whose size has no preset (a timm file does not record them).')
+
+
+def define_fewshot_flags() -> None:
+  """The flags of `python -m vit_jax.fewshot`."""
+  define_checkpoint_flags()
+  flags.DEFINE_list('datasets', ['mnist5k'], "TFDS names, or 'name|train|test'.")
+  flags.DEFINE_list('shots', ['1', '5', '10', '25'], 'Examples per class.')
+  flags.DEFINE_integer('seeds', 3, 'Random draws of the shots per dataset.')
+  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
+                       "checkpoint's.")
+  flags.DEFINE_integer('batch', 0, 'Batch size; 0: 8 per device.')
+  flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
+  flags.DEFINE_list('probes', ['fewshot'], 'Probes to run: fewshot, knn, linear_probe.')
+  # Defaults of vit_jax.evaluators.knn / linear_probe, spelled here so --help loads no
+  # TensorFlow (tests/test_knn.py checks they agree).
+  flags.DEFINE_integer('knn_k', 20, 'Neighbours of the k-NN probe.')
+  flags.DEFINE_float('knn_temperature', 0.07,
+                     'Temperature of the k-NN vote weights exp(similarity / T).')
+  flags.DEFINE_list('weight_decays', ['1e-05', '0.0001', '0.001', '0.01', '0.1'],
+                    'Weight decays the linear probe chooses from (on held-out '
+                    'training examples).')
+  flags.DEFINE_integer('random_init', None, "Probe the checkpoint's architecture "
+                       'freshly initialised with this seed instead of its weights: '
+                       'the baseline a pre-training run should beat.')
+
+
+def define_export_flags() -> None:
+  """The flags of `python -m vit_jax.export`."""
+  define_checkpoint_flags()
+  flags.DEFINE_enum('format', None, list(EXPORT_FORMATS), 'Export format.',
+                    required=True)
+  flags.DEFINE_string('output', None, 'File (stablehlo, onnx) or directory '
+                      '(saved_model) to write.', required=True)
+  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
+                       "checkpoint's.")
+
+
+def define_evaluate_flags() -> None:
+  """The flags of `python -m vit_jax.evaluate`."""
+  define_checkpoint_flags()
+  flags.DEFINE_string('dataset', None, 'Dataset as in config.dataset (mnist5k, cifar10, '
+                      "folder:ROOT, tfds:NAME, ...); default: the run's, for a "
+                      'vit_jax work directory.')
+  flags.DEFINE_string('split', None, "TFDS split expression (test, 'train[98%:]'); "
+                      "default: the run's eval_split, else the dataset's evaluation split.")
+  flags.DEFINE_string('data_dir', None, "TFDS data dir; default: the run's.")
+  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
+                       "checkpoint's.")
+  flags.DEFINE_integer('batch', 0, 'Batch size; 0: 32 per device.')
+  flags.DEFINE_enum('loss', None, list(objectives.LOSSES),
+                    "Loss to report; default: the run's, else softmax_xent.")

@@ -1,18 +1,4 @@
-r"""Accuracy, loss and example count of a checkpoint on a dataset split (as timm's validate.py).
-
-  python -m vit_jax.evaluate --checkpoint=/tmp/vit_quickstart/params.npz
-  python -m vit_jax.evaluate --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
-      --dataset=cifar10 --split=test --resolution=384
-  python -m vit_jax.evaluate --checkpoint=vit.safetensors --num_heads=2 \
-      --dataset=folder:/data/pets --split=validation
-
-The checkpoint is anything `predict` reads (.npz, timm state dict, transformers
-directory). The params.npz of a vit_jax work directory is evaluated as its run
-evaluated it: the dataset, evaluation split, preprocessing and loss of the
-config.json beside it (each flag overrides its part). Otherwise images are
-resized to the model's resolution (the original vit_jax evaluation) and the loss
-is softmax cross-entropy. Every example of the split is counted once.
-"""
+"""`python -m vit_jax.evaluate`; its usage (--help) is vit_jax/evaluate.py's docstring."""
 from typing import Any, Optional, Sequence
 
 from absl import app
@@ -33,21 +19,6 @@ from vit_jax.train import objectives
 FLAGS = flags.FLAGS
 # The parts of a run's config.pp that decide what the model sees at evaluation.
 _EVAL_PP = ('eval', 'crop', 'resize', 'keep_aspect', 'num_channels')
-
-
-def _define_flags() -> None:
-  common.define_checkpoint_flags()
-  flags.DEFINE_string('dataset', None, 'Dataset as in config.dataset (mnist5k, cifar10, '
-                      "folder:ROOT, tfds:NAME, ...); default: the run's, for a "
-                      'vit_jax work directory.')
-  flags.DEFINE_string('split', None, "TFDS split expression (test, 'train[98%:]'); "
-                      "default: the run's eval_split, else the dataset's evaluation split.")
-  flags.DEFINE_string('data_dir', None, "TFDS data dir; default: the run's.")
-  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
-                       "checkpoint's.")
-  flags.DEFINE_integer('batch', 0, 'Batch size; 0: 32 per device.')
-  flags.DEFINE_enum('loss', None, list(objectives.LOSSES),
-                    "Loss to report; default: the run's, else softmax_xent.")
 
 
 def eval_config(saved: Optional[dict[str, Any]], resolution: int, *,
@@ -111,5 +82,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.evaluate`."""
-  errors.run_command('vit_jax.evaluate', _define_flags, main,
+  errors.run_command('vit_jax.evaluate', common.define_evaluate_flags, main,
                      (ValueError, OSError, RuntimeError))

@@ -1,15 +1,4 @@
-r"""Exports a checkpoint for serving: StableHLO, TensorFlow SavedModel or ONNX.
-
-  python -m vit_jax.export --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
-      --format=stablehlo --output=vit_b16.stablehlo
-  python -m vit_jax.export --checkpoint=vit-hf/ --format=saved_model --output=vit_sm
-  python -m vit_jax.export --checkpoint=/tmp/run/params.npz --format=onnx --output=vit.onnx
-
-The checkpoint is anything `predict` reads (.npz, timm state dict with --model,
-transformers directory). The SavedModel applies the evaluation preprocessing:
-a vit_jax workdir's config.json beside the checkpoint gives its pp.eval
-recipe, otherwise images are resized to the resolution (predict's).
-"""
+"""`python -m vit_jax.export`; its usage (--help) is vit_jax/export.py's docstring."""
 import json
 import os
 from typing import Any, Optional, Sequence
@@ -20,6 +9,7 @@ from absl import logging
 
 from vit_jax import errors
 from vit_jax import fileio
+from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.cli import common
 from vit_jax.inference import load
@@ -27,21 +17,11 @@ from vit_jax.inference import load
 FLAGS = flags.FLAGS
 
 
-def _define_flags() -> None:
-  common.define_checkpoint_flags()
-  flags.DEFINE_enum('format', None, list(serving.FORMATS), 'Export format.',
-                    required=True)
-  flags.DEFINE_string('output', None, 'File (stablehlo, onnx) or directory '
-                      '(saved_model) to write.', required=True)
-  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
-                       "checkpoint's.")
-
-
 def workdir_pp(checkpoint_path: str) -> Optional[dict[str, Any]]:
   """config.pp of the vit_jax workdir holding the checkpoint, if it is one."""
   directory = (checkpoint_path if os.path.isdir(checkpoint_path) else
                os.path.dirname(os.path.abspath(checkpoint_path)))
-  path = os.path.join(directory, 'config.json')
+  path = os.path.join(directory, rundir.CONFIG_FILE)
   if not os.path.exists(path):
     return None
   try:
@@ -75,5 +55,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.export`."""
-  errors.run_command('vit_jax.export', _define_flags, main, (ValueError, OSError))
+  errors.run_command('vit_jax.export', common.define_export_flags, main, (ValueError, OSError))
 

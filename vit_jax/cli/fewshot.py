@@ -1,14 +1,4 @@
-r"""Probes of a checkpoint's frozen features: few-shot, k-NN and a linear probe.
-
-  python -m vit_jax.fewshot --model=ViT-B_16 --checkpoint=params.npz \
-      --datasets=mnist5k,digits --shots=1,5,10,25 --seeds=3
-  python -m vit_jax.fewshot --checkpoint=/tmp/ssl_mae --probes=fewshot,knn,linear_probe
-
---probes picks the evaluators (vit_jax.evaluators: fewshot, knn, linear_probe); each
-prints its metrics (fewshot/<dataset>_<k>shot, knn/<dataset>_top1,
-linear/<dataset>_top1). --random_init=SEED probes the same architecture from random
-weights (a baseline).
-"""
+"""`python -m vit_jax.fewshot`; its usage (--help) is vit_jax/fewshot.py's docstring."""
 from typing import Optional, Sequence
 
 from absl import app
@@ -30,27 +20,6 @@ FLAGS = flags.FLAGS
 # --probes name -> (evaluator class, metric prefix).
 PROBES = {'fewshot': (fewshot.FewShot, 'fewshot'), 'knn': (knn.KNN, 'knn'),
           'linear_probe': (linear_probe.LinearProbe, 'linear')}
-
-
-def _define_flags() -> None:
-  common.define_checkpoint_flags()
-  flags.DEFINE_list('datasets', ['mnist5k'], "TFDS names, or 'name|train|test'.")
-  flags.DEFINE_list('shots', ['1', '5', '10', '25'], 'Examples per class.')
-  flags.DEFINE_integer('seeds', 3, 'Random draws of the shots per dataset.')
-  flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
-                       "checkpoint's.")
-  flags.DEFINE_integer('batch', 0, 'Batch size; 0: 8 per device.')
-  flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
-  flags.DEFINE_list('probes', ['fewshot'], 'Probes to run: fewshot, knn, linear_probe.')
-  flags.DEFINE_integer('knn_k', knn.DEFAULT_K, 'Neighbours of the k-NN probe.')
-  flags.DEFINE_float('knn_temperature', knn.DEFAULT_TEMPERATURE,
-                     'Temperature of the k-NN vote weights exp(similarity / T).')
-  flags.DEFINE_list('weight_decays', [str(w) for w in linear_probe.DEFAULT_WEIGHT_DECAYS],
-                    'Weight decays the linear probe chooses from (on held-out '
-                    'training examples).')
-  flags.DEFINE_integer('random_init', None, "Probe the checkpoint's architecture "
-                       'freshly initialised with this seed instead of its weights: '
-                       'the baseline a pre-training run should beat.')
 
 
 def fewshot_config(resolution: int, batch: int,
@@ -122,5 +91,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.fewshot`."""
-  errors.run_command('vit_jax.fewshot', _define_flags, main,
+  errors.run_command('vit_jax.fewshot', common.define_fewshot_flags, main,
                      (ValueError, OSError, RuntimeError))

@@ -1,8 +1,4 @@
-r"""Training curves of a work directory as a PNG (vit_jax.inference.curves).
-
-  python -m vit_jax.plot /tmp/vit_quickstart [--out=curves.png]
-  python -m vit_jax.plot /tmp/vit_quickstart/metrics.jsonl
-"""
+"""`python -m vit_jax.plot`; its usage (--help) is vit_jax/plot.py's docstring."""
 from typing import Sequence
 
 from absl import app

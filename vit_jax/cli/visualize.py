@@ -1,8 +1,4 @@
-r"""The ViT paper's figures of a checkpoint as PNG files (vit_jax.inference.figures).
-
-  python -m vit_jax.visualize --model=ViT-B_16 --checkpoint=params.npz --out=/tmp/viz \
-      cat.jpg dog.png
-"""
+"""`python -m vit_jax.visualize`; its usage (--help) is vit_jax/visualize.py's docstring."""
 from typing import Sequence
 
 from absl import flags

@@ -1,74 +1,16 @@
 """Training curves of a work directory: loss and accuracy against step from metrics.jsonl."""
-import json
 import os
 import re
-from typing import Optional
 
 import numpy as np
 
+from vit_jax import rundir
 from vit_jax.inference import figures
 
-METRICS_FILE = 'metrics.jsonl'
-
-
-def _as_workdir(path: str) -> str:
-  """The work directory, also where its metrics.jsonl itself was named."""
-  if os.path.basename(os.path.normpath(path)) == METRICS_FILE and os.path.isfile(path):
-    return os.path.dirname(os.path.normpath(path)) or '.'
-  return path
-
-
-def read_records(workdir: str) -> tuple[list[dict], int]:
-  """(records, skipped): WORKDIR/metrics.jsonl in file order, less a last line still being written.
-
-  A running trainer may be caught mid-line: an unfinished last line (no newline
-  yet) is skipped and counted. A finished line that is no record is damage: a
-  one-line error, as are a missing directory or file.
-  """
-  workdir = _as_workdir(workdir)
-  path = os.path.join(workdir, METRICS_FILE)
-  if os.path.isfile(workdir):
-    raise NotADirectoryError(f'{workdir} is a file, not a work directory; pass the '
-                             f'--workdir of a training run (or its {METRICS_FILE}).')
-  if not os.path.isdir(workdir):
-    raise FileNotFoundError(f'Work directory {workdir} does not exist; pass the '
-                            '--workdir of a training run.')
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f'{path} does not exist: {workdir} is not the work '
-                            'directory of a run that logged a step yet.')
-  with open(path) as f:
-    lines = f.read().split('\n')
-  # After the last newline: '' when the file is complete, else a line in progress.
-  partial = lines.pop()
-  records = []
-  for number, line in enumerate(lines, 1):
-    if line.strip():
-      record = _record(line)
-      if record is None:
-        raise ValueError(f'{path} line {number} is not a metrics record '
-                         '({"step": N, ...}); is the file damaged?')
-      records.append(record)
-  if partial.strip():
-    record = _record(partial)
-    if record is not None:
-      records.append(record)
-      return records, 0
-    return records, 1
-  return records, 0
-
-
-def _record(line: str) -> Optional[dict]:
-  try:
-    record = json.loads(line)
-    int(record['step'])
-  except (ValueError, KeyError, TypeError):
-    return None
-  return record
-
-
-def read_metrics(workdir: str) -> list[dict]:
-  """The complete records of WORKDIR/metrics.jsonl, in file order (one-line errors if unusable)."""
-  return read_records(workdir)[0]
+# The work directory's metrics, read by rundir (the one reader; also vit_jax.train.writers').
+METRICS_FILE = rundir.METRICS_FILE
+read_records = rundir.read_records
+read_metrics = rundir.read_metrics
 
 
 def metric_order(name: str) -> list:
@@ -122,7 +64,7 @@ def render_curves(records: list[dict], title: str) -> np.ndarray:
 def write_curves(workdir: str, out: str = '') -> tuple[str, int]:
   """Writes the curves of `workdir` to `out` (default WORKDIR/curves.png); returns (out, lines skipped)."""
   records, skipped = read_records(workdir)
-  workdir = _as_workdir(workdir)
+  workdir = rundir.as_workdir(workdir)
   out = out or os.path.join(workdir, 'curves.png')
   if os.path.isdir(out):
     raise IsADirectoryError(f'--out={out} is a directory; pass a .png file path.')

@@ -21,12 +21,13 @@ import numpy as np
 from vit_jax import checkpoint
 from vit_jax import fileio
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.models import families
 from vit_jax.models import formats
 from vit_jax.models import from_config
 
-CONFIG_FILE = 'config.json'
-PARAMS_FILE = 'params.npz'
+CONFIG_FILE = rundir.CONFIG_FILE
+PARAMS_FILE = rundir.PARAMS_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,7 @@ def resolve_checkpoint(path: str) -> str:
   params = os.path.join(path, PARAMS_FILE)
   if os.path.isfile(params) and os.path.isfile(os.path.join(path, CONFIG_FILE)):
     return params
-  if any(os.path.exists(os.path.join(path, f)) for f in ('checkpoints', 'metrics.jsonl')):
+  if any(os.path.exists(os.path.join(path, f)) for f in (rundir.CHECKPOINT_DIR, rundir.METRICS_FILE)):
     raise ValueError(f'{path} is a vit_jax work directory without {PARAMS_FILE}: its run '
                      'has not finished. Run it to the end (the same command resumes it), '
                      'then pass the directory again.')

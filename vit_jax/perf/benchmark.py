@@ -1,4 +1,4 @@
-"""Throughput and MFU of the trainer's own train step (or the eval forward pass).
+r"""Throughput and MFU of the trainer's own train step (or the eval forward pass).
 
   python -m vit_jax.perf.benchmark --model=ViT-B_16 --batch=256 --resolution=224 \
       --mode=train --optimizer=adam --steps=20 --compare=timm
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import configs
+from vit_jax import errors
 from vit_jax import fileio
 from vit_jax import models
 from vit_jax.models import attention as attention_lib
@@ -422,5 +423,6 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == '__main__':
+  errors.exit_on_help(sys.argv, define_flags)
   define_flags()
   app.run(lambda argv: main(None) and None)

@@ -11,14 +11,13 @@ into --data_dir on first use (about 20 s), so the command needs no download. Any
 of vit_jax.data.sources works, e.g. --dataset=imagenet2012 --data_dir=/path/to/tfds, and
 --recipe any pp.train string (e.g. --recipe='pretrain|randaug(2, 9, 0.5)' for RandAugment).
 """
-import os
-import time
+import sys
 
 from absl import flags
+import ml_collections
 
 from vit_jax import errors
 from vit_jax.configs import base
-from vit_jax.data import pipeline
 
 _DATASET = flags.DEFINE_string('dataset', 'synthetic/jpeg224', 'Dataset name.')
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data dir (default: TFDS default).')
@@ -33,33 +32,8 @@ _SHUFFLE = flags.DEFINE_integer('shuffle_buffer', 50_000, 'config.shuffle_buffer
 _CACHE = flags.DEFINE_bool('cache', False, 'Keep the training records in memory.')
 
 
-def cpu_cores() -> int:
-  """Returns the number of CPU cores this process may run on."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # Not on Linux.
-    return os.cpu_count() or 1
-
-
-def measure(config, steps: int, warmup: int) -> tuple[float, float, float]:
-  """Returns (images/sec, images per CPU-second, seconds to the first batch)."""
-  start = time.perf_counter()
-  batches = pipeline.train_dataset(config, list(range(config.data_shards)))
-  it = batches.as_numpy_iterator()
-  next(it)
-  first = time.perf_counter() - start
-  for _ in range(warmup):
-    next(it)
-  start, cpu_start = time.perf_counter(), time.process_time()
-  for _ in range(steps):
-    next(it)
-  images = steps * config.batch
-  return (images / (time.perf_counter() - start),
-          images / (time.process_time() - cpu_start), first)
-
-
-def main(argv) -> None:
-  del argv
+def config_from_flags() -> ml_collections.ConfigDict:
+  """The training config whose input pipeline the flags describe."""
   config = base.get_base_config()
   config.dataset = _DATASET.value
   config.data_dir = _DATA_DIR.value
@@ -69,16 +43,13 @@ def main(argv) -> None:
   config.pp.train = _RECIPE.value
   config.pp.crop = _CROP.value
   config.pp.resize = max(config.pp.resize, _CROP.value)
-  rate, per_cpu_second, first = measure(config, _STEPS.value, _WARMUP.value)
-  cores = cpu_cores()
-  print(f'dataset={config.dataset} recipe={config.pp.train} crop={config.pp.crop} '
-        f'batch={config.batch} steps={_STEPS.value}')
-  print(f'first batch after {first:.1f} s')
-  print(f'{rate:.0f} images/sec on {cores} cores = {rate / cores:.0f} images/sec/core (wall)')
-  print(f'{per_cpu_second:.0f} images per CPU-second (all threads): '
-        f'x16 cores = {16 * per_cpu_second:.0f} images/sec')
+  return config
 
 
 if __name__ == '__main__':
-  # Its flags are defined above, at import.
-  errors.run_command('vit_jax.perf.data_benchmark', lambda: None, main)
+  # Its flags are defined above, at import; --help answers before TensorFlow loads.
+  errors.exit_on_help(sys.argv)
+  from vit_jax.perf import input_throughput  # pylint: disable=g-import-not-at-top
+  errors.run_command(
+      'vit_jax.perf.data_benchmark', lambda: None,
+      lambda argv: input_throughput.report(config_from_flags(), _STEPS.value, _WARMUP.value))

@@ -1,4 +1,4 @@
-"""Per-device memory of a sharded train step, from an ahead-of-time compile without arrays.
+r"""Per-device memory of a sharded train step, from an ahead-of-time compile without arrays.
 
   python -m vit_jax.perf.memory --devices=1,8 --config.sharding=fsdp \
       --config.mesh.data=1 --config.mesh.fsdp=-1

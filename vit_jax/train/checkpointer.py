@@ -19,9 +19,10 @@ import orbax.checkpoint as ocp
 
 from vit_jax import errors
 from vit_jax import fileio
+from vit_jax import rundir
 from vit_jax.train import integrity
 
-CHECKPOINT_DIR = 'checkpoints'
+CHECKPOINT_DIR = rundir.CHECKPOINT_DIR
 CORRUPT_DIR = 'checkpoints_corrupt'
 
 

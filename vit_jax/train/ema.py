@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax import rundir
+
 KEY = 'ema'
-PARAMS_FILE = 'ema_params.npz'
+PARAMS_FILE = rundir.EMA_PARAMS_FILE
 SUFFIX = '_ema'
 
 Extra = dict[str, Any]

@@ -24,28 +24,26 @@ import numpy as np
 from vit_jax import checkpoint
 from vit_jax import evaluators
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.data import multicrop
 from vit_jax.data import pipeline
 from vit_jax.models import families
-from vit_jax.models import from_config
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
 from vit_jax.train import checkpointer
 from vit_jax.train import ema
 from vit_jax.train import layer_decay
 from vit_jax.train import objectives
-from vit_jax.train import optimizers
 from vit_jax.train import preemption
 from vit_jax.train import resume
-from vit_jax.train import schedules
 from vit_jax.train import step as step_lib
 from vit_jax.train import timing
 from vit_jax.train import validate
 from vit_jax.train import workdir as workdir_lib
 from vit_jax.train import writers
 
-PARAMS_FILE = 'params.npz'
-CONFIG_FILE = 'config.json'
+PARAMS_FILE = rundir.PARAMS_FILE
+CONFIG_FILE = rundir.CONFIG_FILE
 
 
 class NonFiniteError(RuntimeError):
@@ -60,12 +58,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   `devices` restricts the mesh to some of the local devices (tests, notebooks).
   """
   mesh = sharding.make_mesh(config.mesh, devices)
-  info = validate.validate(config, mesh)  # before anything is written
+  built = validate.validate(config, mesh)  # before anything is written
   changes = resume.check(config, workdir)
-  model = from_config.build(config, info.num_classes)
-  objective = objectives.make(config, model)
-  schedule = schedules.make(config)
-  tx = optimizers.make(config, schedule)
+  info, model, objective = built.info, built.model, built.objective
+  schedule, tx = built.schedule, built.tx
   with workdir_lib.UndoUntilFirstStep(workdir) as undo:
     workdir_lib.prepare(workdir)
     ckpt = checkpointer.StateCheckpointer(workdir, config.keep_checkpoints,
@@ -157,7 +153,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
     _export(objective.model_params(ema.params_of(state.extra)), workdir, ema.PARAMS_FILE)
   extra = objectives.auxiliary_params(objective, state.params, state.extra)
   if extra is not None:  # e.g. MAE's decoder, for reconstructions; DINO's heads
-    _export(extra, workdir, f'{config.objective}_{PARAMS_FILE}')
+    _export(extra, workdir, rundir.objective_params_file(config.objective))
   writer.flush()
   return {**final, 'step': config.total_steps}
 

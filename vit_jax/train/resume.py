@@ -18,8 +18,9 @@ from etils import epath
 import ml_collections
 
 from vit_jax import fileio
+from vit_jax import rundir
 
-CONFIG_FILE = 'config.json'
+CONFIG_FILE = rundir.CONFIG_FILE
 HISTORY_FILE = 'config_history.jsonl'
 
 # The one table: dotted config keys (fnmatch patterns, first match wins) and whether a
@@ -86,7 +87,7 @@ def _flatten(tree: Any, prefix: str = '') -> dict[str, Any]:
 
 def has_checkpoints(workdir: str) -> bool:
   """Whether the workdir holds checkpoint steps, i.e. a run would resume."""
-  directory = epath.Path(workdir, 'checkpoints')
+  directory = epath.Path(workdir, rundir.CHECKPOINT_DIR)
   try:
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
   except OSError:

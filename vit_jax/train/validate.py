@@ -5,6 +5,7 @@ each problem is a one-line ValueError/FileNotFoundError naming the key and what 
 Each stage checks its own part (schedule, optimizer, objective, model, data, evaluators);
 this module asks them in order.
 """
+import dataclasses
 import math
 from typing import Any
 
@@ -102,9 +103,18 @@ def check_remote_checkpoint(path: str) -> None:
   raise FileNotFoundError(f'Cannot read checkpoint {path} ({reason}).{how}')
 
 
-def validate(config: ml_collections.ConfigDict,
-             mesh: jax.sharding.Mesh) -> catalog.DatasetInfo:
-  """Checks the whole config for a run on `mesh`; returns the dataset's info."""
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """What the check built on its way, for the run to use: nothing is built twice."""
+  info: catalog.DatasetInfo
+  model: Any
+  objective: Any
+  schedule: Any
+  tx: Any
+
+
+def validate(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> Built:
+  """Checks the whole config for a run on `mesh`; returns what it built on the way (Built)."""
   _check_finite(config)
   _check_batches(config, mesh)
   if not config.peak_tflops >= 0:
@@ -112,7 +122,8 @@ def validate(config: ml_collections.ConfigDict,
                      '(0 = measured on GPU, datasheet on TPU).')
   schedules.check(config)
   ema.check(config)
-  optimizers.make(config, schedules.make(config))  # name, options, decay, clipping
+  schedule = schedules.make(config)
+  tx = optimizers.make(config, schedule)  # name, options, decay, clipping
   objectives.check(config)
   # The start checkpoint before the dataset: preparing a dataset may download for
   # minutes, and an unreadable checkpoint would stop the run after that anyway.
@@ -134,7 +145,7 @@ def validate(config: ml_collections.ConfigDict,
   _warn_unused_objective_options(config)
   _warn_mask_rounding(config, model)
   evaluators.check(config)
-  return info
+  return Built(info=info, model=model, objective=objective, schedule=schedule, tx=tx)
 
 
 def _warn_unused_objective_options(config: ml_collections.ConfigDict) -> None:

@@ -10,8 +10,9 @@ import jax
 import numpy as np
 
 from vit_jax import fileio
+from vit_jax import rundir
 
-METRICS_FILE = 'metrics.jsonl'
+METRICS_FILE = rundir.METRICS_FILE
 
 
 def _to_python(value: Any) -> Any:
@@ -77,7 +78,5 @@ def format_scalars(scalars: Mapping[str, Any]) -> str:
                   for k, v in values.items())
 
 
-def read_metrics(workdir: str) -> list[dict]:
-  """Reads metrics.jsonl back (for tests, notebooks and tools)."""
-  text = epath.Path(workdir, METRICS_FILE).read_text()
-  return [json.loads(line) for line in text.splitlines() if line.strip()]
+# The one reader of metrics.jsonl (for tests, notebooks and tools), kept under this name.
+read_metrics = rundir.read_metrics
