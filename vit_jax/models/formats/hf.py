@@ -32,6 +32,11 @@ Params = dict[str, Any]
 TANH_GELU = ('gelu_pytorch_tanh', 'gelu_new', 'gelu_fast')
 EXACT_GELU_CHOICES = ('error', 'accept')
 _LN_EPS = 1e-6  # vit_jax's LayerNorm epsilon
+# Vision transformers of other model types: what vit_jax lacks to hold them.
+_UNSUPPORTED_TYPES = {
+    'beit': 'relative position bias (BEiT)',
+    'data2vec-vision': 'relative position bias (Data2Vec-Vision, BEiT layout)',
+}
 # transformers 5 module names -> the Hub layout.
 _V5_TO_HUB = (
     (r'(^|\.)layers\.(\d+)\.', r'\1encoder.layer.\2.'),
@@ -75,6 +80,10 @@ def check_config(config: Mapping[str, Any], source: str,
     raise ValueError(f'exact_gelu={exact_gelu!r}; use one of '
                      f'{EXACT_GELU_CHOICES}.')
   model_type = config.get('model_type')
+  if model_type in _UNSUPPORTED_TYPES:
+    raise ValueError(f'{source} is a transformers {model_type!r} model with '
+                     f'{_UNSUPPORTED_TYPES[model_type]}, which the vit_jax ViT does not '
+                     'support yet.')
   if model_type != 'vit':
     raise ValueError(f'{source} is a transformers {model_type!r} model, not '
                      "'vit'; vit_jax converts ViTModel / "

@@ -50,6 +50,25 @@ _UNSUPPORTED = (
 )
 
 
+def unsupported_family(keys) -> Optional[str]:
+  """The features vit_jax lacks that mark a state dict as no timm VisionTransformer, if any.
+
+  BEiT and timm's Eva class (EVA02, the `vit_*_rope_*` models) save other names
+  than VisionTransformer; their position encodings (relative bias tables, 2D
+  RoPE, which has no tensor at all) are what the vit_jax ViT does not have.
+  """
+  keys = list(keys)
+  has = lambda pattern: any(re.search(pattern, k) for k in keys)  # noqa: E731
+  if has(r'relative_position_bias_table|(^|\.)rel_pos_bias\.'):
+    return 'relative position bias (BEiT)'
+  if has(r'\.attn\.(q_bias|v_bias|q_proj\.weight)$'):
+    features = ['2D rotary position embedding (RoPE)']
+    if has(r'\.mlp\.fc1_g\.weight$'):
+      features.append('SwiGLU with a norm inside the MLP')
+    return ' and '.join(features) + " (timm's Eva class: EVA02, vit_*_rope_*)"
+  return None
+
+
 def preset_for(timm_name: str) -> Optional[str]:
   """The vit_jax preset of a timm model name (e.g. 'vit_base_patch16_224.augreg_in21k'), if any."""
   base = timm_name.split('.', 1)[0]
@@ -120,6 +139,10 @@ def _read_resnet(r: state_lib.StateReader, p: str, out: Params) -> None:
 def to_params(state: Mapping[str, np.ndarray], num_heads: int,
               source: str) -> Params:
   """A timm ViT (or R+ViT hybrid) state dict -> the vit_jax params tree."""
+  foreign = unsupported_family(state)
+  if foreign:
+    raise ValueError(f'Checkpoint {source} has {foreign}, which the vit_jax ViT does '
+                     'not support yet; convert a timm VisionTransformer (vit_*) instead.')
   r = _reader(state, source)
   out: Params = {}
   if r.has('patch_embed.backbone.stem.conv.weight') or r.has(
