@@ -32,6 +32,20 @@ def get_base_config() -> ml_collections.ConfigDict:
       'representation_size': -1,   # -1: keep the preset's; 0: none; N: pre-logits of width N
       'dropout_rate': -1.0,        # -1: keep the preset's
       'head_bias_init': 0.0,
+      # ViT variants (vit_jax/models/vit.py's docstring; timm's flags). Unset (None,
+      # '' or -1) keeps the preset's value.
+      'classifier': '',            # 'token' | 'gap' | 'map' | 'unpooled' | 'token_unpooled'
+      'class_token': ml_collections.config_dict.placeholder(bool),
+      'num_registers': -1,         # register tokens (DINOv2 reg4: 4)
+      'distilled': ml_collections.config_dict.placeholder(bool),  # DeiT dist token
+      'no_embed_class': ml_collections.config_dict.placeholder(bool),
+      'layer_scale': -1.0,         # layer-scale init value; 0: none (DINOv2 1e-5)
+      'qk_norm': ml_collections.config_dict.placeholder(bool),
+      'pre_norm': ml_collections.config_dict.placeholder(bool),   # CLIP
+      'activation': '',            # 'gelu_tanh' | 'gelu' | 'quick_gelu' | 'swiglu'
+      'mlp_norm': ml_collections.config_dict.placeholder(bool),
+      'qkv_bias': ml_collections.config_dict.placeholder(bool),
+      'layer_norm_epsilon': -1.0,  # 1e-6 as published, CLIP 1e-5
   })
   # Start from a checkpoint in the published .npz layout ('' = from scratch):
   # pretrained_path, or else pretrained_dir/<model_name>.npz (the original's

@@ -71,10 +71,13 @@ class _Projection(nn.Module):
   kernel_shape: tuple
   bias_shape: tuple
   kernel_init: Any
+  use_bias: bool = True
 
   @nn.compact
   def __call__(self) -> tuple:
     kernel = self.param('kernel', self.kernel_init, self.kernel_shape)
+    if not self.use_bias:  # timm qkv_bias=False: zeros that are no parameter
+      return kernel, jnp.zeros(self.bias_shape, kernel.dtype)
     bias = self.param('bias', nn.initializers.zeros, self.bias_shape)
     return kernel, bias
 
@@ -83,7 +86,12 @@ class MultiHeadDotProductAttention(nn.Module):
   """Self-attention whose parameters match flax's MultiHeadDotProductAttention.
 
   Query, key and value projections are fused into one matmul at compute time;
-  the stored parameters keep the separate query/key/value/out layout.
+  the stored parameters keep the separate query/key/value/out layout. Options as
+  timm's Attention: `qkv_bias=False` drops the query/key/value biases (out keeps
+  its own), `qk_norm` adds a LayerNorm over each head's query and key
+  (`query_norm`, `key_norm`, of width head_dim). Given `kv`, the queries come from
+  `x` and keys/values from `kv` (cross-attention, e.g. a MAP head's probe); that
+  path runs in XLA and records no weights.
   """
   num_heads: int
   dtype: Any = jnp.float32
@@ -95,9 +103,12 @@ class MultiHeadDotProductAttention(nn.Module):
   # Set when the caller already padded the tokens: only the first
   # `valid_tokens` are attended to, and nothing is padded here.
   valid_tokens: Optional[int] = None
+  qkv_bias: bool = True
+  qk_norm: bool = False
+  epsilon: float = 1e-6
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, kv: Optional[jax.Array] = None) -> jax.Array:
     features = x.shape[-1]
     if features % self.num_heads:
       raise ValueError(f'Hidden size {features} is not divisible by '
@@ -108,19 +119,29 @@ class MultiHeadDotProductAttention(nn.Module):
     out_init = _split_heads_init(xavier, heads, head_dim, axis=0)
     qkv_params = [
         _Projection((features, heads, head_dim), (heads, head_dim), in_init,
-                    name=name)() for name in ('query', 'key', 'value')
+                    use_bias=self.qkv_bias, name=name)()
+        for name in ('query', 'key', 'value')
     ]
     w_qkv = jnp.stack([w for w, _ in qkv_params], axis=1).astype(self.dtype)
     b_qkv = jnp.stack([b for _, b in qkv_params], axis=0).astype(self.dtype)
-    qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv)
-    qkv = qkv + b_qkv[:, None, None]
-    q, k, v = qkv[0], qkv[1], qkv[2]
+    if kv is None:
+      qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv)
+      qkv = qkv + b_qkv[:, None, None]
+      q, k, v = qkv[0], qkv[1], qkv[2]
+    else:
+      q = jnp.einsum('bsd,dhk->bshk', x.astype(self.dtype), w_qkv[:, 0]) + b_qkv[0]
+      kv_ = jnp.einsum('bsd,dthk->tbshk', kv.astype(self.dtype), w_qkv[:, 1:])
+      kv_ = kv_ + b_qkv[1:, None, None]
+      k, v = kv_[0], kv_[1]
+    if self.qk_norm:  # timm's q_norm / k_norm: per head, over head_dim
+      q = nn.LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='query_norm')(q)
+      k = nn.LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='key_norm')(k)
 
     impl = resolve_implementation(self.implementation, self.dtype, head_dim)
-    if self.dropout_rate > 0 and not self.deterministic:
+    if (self.dropout_rate > 0 and not self.deterministic) or kv is not None:
       impl = 'xla'  # the fused kernels have no attention dropout
     seq = q.shape[1]
-    valid = seq if self.valid_tokens is None else self.valid_tokens
+    valid = k.shape[1] if self.valid_tokens is None else self.valid_tokens
     if impl == 'cudnn' and self.valid_tokens is None:
       padded = padded_length(seq, self.pad_multiple)
       pad = [(0, 0), (0, padded - seq), (0, 0), (0, 0)]
@@ -129,14 +150,15 @@ class MultiHeadDotProductAttention(nn.Module):
     elif impl == 'cudnn':
       out = _cudnn_attention(q, k, v, valid)
     else:
-      out = self._xla_attention(q, k, v, head_dim, valid)
+      out = self._xla_attention(q, k, v, head_dim, valid, record=kv is None)
 
     w_out, b_out = _Projection((heads, head_dim, features), (features,),
                                out_init, name='out')()
     y = jnp.einsum('bshk,hkd->bsd', out, w_out.astype(self.dtype))
     return y + b_out.astype(self.dtype)
 
-  def _xla_attention(self, q, k, v, head_dim: int, valid: int) -> jax.Array:
+  def _xla_attention(self, q, k, v, head_dim: int, valid: int,
+                     record: bool = True) -> jax.Array:
     """Plain softmax attention; records the weights for visualisation."""
     logits = jnp.einsum('bqhk,bshk->bhqs', q, k) / jnp.sqrt(
         jnp.asarray(head_dim, q.dtype))
@@ -144,7 +166,8 @@ class MultiHeadDotProductAttention(nn.Module):
     if valid != k.shape[1]:
       logits = jnp.where(jnp.arange(k.shape[1]) < valid, logits, -1e30)
     weights = jax.nn.softmax(logits, axis=-1)
-    self.sow('intermediates', 'attention_weights', weights)
+    if record:  # self-attention only: the figures stack them by depth
+      self.sow('intermediates', 'attention_weights', weights)
     weights = weights.astype(self.dtype)
     if self.dropout_rate > 0 and not self.deterministic:
       weights = nn.Dropout(self.dropout_rate)(weights, deterministic=False)

@@ -15,9 +15,20 @@ from vit_jax import models
 from vit_jax.models import families
 
 
+# Option markers meaning "keep the preset's value" (others are passed to the module).
+_KEEPS = (families.KEEP, None, '')
+
+
+def _keeps(marker: Any, value: Any) -> bool:
+  """Whether `value` is the marker `marker` that keeps the preset's value."""
+  return any(marker is k or (k is not None and marker == k) for k in _KEEPS) and (
+      value is marker or (marker is not None and value == marker))
+
+
 def _not_set(key: str, value: Any) -> bool:
   """Whether `value` is the "not set" value some family gives option `key`."""
-  return any(key in f.options and f.options[key] == value
+  return any(key in f.options and (f.options[key] == value if value is not None
+                                   else f.options[key] is None)
              for f in families.FAMILIES.values())
 
 
@@ -30,10 +41,12 @@ def model_kwargs(model_name: str, model_config: Mapping[str, Any],
   out = {}
   for key, value in section.items():
     if key in family.options:
-      if family.options[key] == families.KEEP and value == families.KEEP:
+      if _keeps(family.options[key], value):
         continue  # the preset's value
       if key == 'representation_size':
         value = value or None  # 0: no pre-logits layer
+      if key == 'layer_scale':
+        value = value or None  # 0: no layer scale
     elif _not_set(key, value):
       continue  # another family's option, left unset
     elif any(key in f.options for f in families.FAMILIES.values()):

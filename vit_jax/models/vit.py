@@ -1,4 +1,67 @@
-"""Vision Transformer (and its ResNet hybrid) with the original Linen parameter tree."""
+"""Vision Transformer (and its ResNet hybrid) with the original Linen parameter tree.
+
+One `VisionTransformer` covers the ViTs trained today as options, as timm's
+VisionTransformer constructor flags do (timm's name in brackets). Every default is
+the published ViT: its parameter tree and logits do not change. Options reach a
+training config as `config.model.<option>` (vit_jax/configs/base.py) and
+`get_model(name, <option>=...)`; an unknown value is a one-line ValueError.
+
+Tokens are [class?, distillation?, registers..., patches] (prefix tokens first;
+`num_prefix_tokens(model)` counts them, as timm's `num_prefix_tokens`).
+
+Option (default)            What it does; parameters it adds
+  classifier ('token')      pooling: 'token' (class token), 'gap' (mean of the patch
+                            tokens, prefix tokens excluded: timm 'avg'), 'map' (timm
+                            'map': big_vision's MAP head on the patch tokens),
+                            'unpooled', 'token_unpooled' (all tokens). 'map' adds
+                            MAPHead_0/{probe [1, 1, D],
+                            MultiHeadDotProductAttention_0/{query,key,value,out},
+                            LayerNorm_0, MlpBlock_0/{Dense_0, Dense_1}}.
+  class_token (None)        [class_token] None: the classifier decides (token kinds:
+                            yes, others: no); True/False explicitly, e.g. gap pooling
+                            over patches with a class token present (MAE). Adds
+                            cls [1, 1, D].
+  num_registers (0)         [reg_tokens] register tokens: registers [1, R, D].
+  distilled (False)         DeiT's distillation token and second head: dist_token
+                            [1, 1, D], head_dist (Dense). Logits are the mean of the
+                            two heads (timm at inference); without heads, the mean of
+                            the two tokens. Needs classifier='token'.
+  no_embed_class (False)    [no_embed_class] the position embedding covers the patch
+                            tokens only (DeiT-III, DINOv2 reg4); prefix tokens get
+                            none. Transformer/posembed_input/pos_embedding is then
+                            [1, h * w, D] instead of [1, prefix + h * w, D].
+  layer_scale (None)        [init_values] per-channel residual scales, initialised to
+                            the value (DINOv2 1e-5, DeiT-III 1e-6):
+                            encoderblock_i/LayerScale_0/scale (attention branch) and
+                            LayerScale_1/scale (MLP branch), each [D].
+  qk_norm (False)           [qk_norm] LayerNorm over each head's query and key:
+                            MultiHeadDotProductAttention_0/{query_norm,key_norm}/
+                            {scale,bias} [head_dim].
+  pre_norm (False)          [pre_norm] CLIP's LayerNorm after the position embedding,
+                            before the blocks: Transformer/pre_norm/{scale,bias}. As in
+                            timm, the patch embedding then has no bias
+                            (embedding/bias absent).
+  activation ('gelu_tanh')  [act_layer / mlp_layer] 'gelu_tanh' (as published),
+                            'gelu' (exact erf GELU, timm's and transformers' default),
+                            'quick_gelu' (x * sigmoid(1.702 x), CLIP), 'swiglu'
+                            (timm SwiGLU / EVA02 / DINOv2-g: silu(gate(x)) * value(x)
+                            -> out). transformer.mlp_dim is SwiGLU's hidden width; its
+                            MlpBlock_0 holds gate, value and out (Dense) instead of
+                            Dense_0/Dense_1.
+  mlp_norm (False)          [scale_mlp_norm] LayerNorm before the MLP's output
+                            projection (EVA02): MlpBlock_0/norm/{scale,bias}.
+  qkv_bias (True)           [qkv_bias] False: query/key/value have no bias (out keeps
+                            its own).
+  layer_norm_epsilon (1e-6) [norm_layer eps] of every LayerNorm (CLIP 1e-5).
+  fc_norm (False)           [fc_norm] LayerNorm after pooling instead of on the
+                            tokens: fc_norm/{scale,bias}, no Transformer/encoder_norm.
+  patches.size              any (ph, pw), e.g. 14; images and grids may be non-square
+                            (the position embedding is created for the h x w grid).
+
+The family record (FAMILY, vit_jax.models.families) is the one place that reads this
+tree for others: prefix-token counts, embed/encode (the masked objectives), the
+options a tree implies (`fields_from_params`), and position-embedding resizing.
+"""
 import math
 import re
 from typing import Any, Mapping, Optional, Sequence
@@ -11,7 +74,8 @@ from vit_jax.models import attention as attention_lib
 from vit_jax.models import families
 from vit_jax.models import resnet
 
-CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
+CLASSIFIERS = ('token', 'gap', 'map', 'unpooled', 'token_unpooled')
+ACTIVATIONS = ('gelu_tanh', 'gelu', 'quick_gelu', 'swiglu')
 _TOKEN_CLASSIFIERS = ('token', 'token_unpooled')
 PATCH_EMBEDDINGS = ('matmul', 'conv')
 # Rematerialisation: 'full' saves only each block's input; 'dots' also keeps
@@ -46,6 +110,7 @@ class PatchEmbedding(nn.Module):
   patch: tuple
   dtype: Any = jnp.float32
   method: str = 'conv'
+  use_bias: bool = True   # timm drops it when pre_norm (CLIP)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -56,7 +121,6 @@ class PatchEmbedding(nn.Module):
     n, h, w, c = x.shape
     kernel = self.param('kernel', nn.initializers.lecun_normal(),
                         (ph, pw, c, self.features)).astype(self.dtype)
-    bias = self.param('bias', nn.initializers.zeros, (self.features,))
     x = x.astype(self.dtype)
     if self.method == 'conv':
       y = jax.lax.conv_general_dilated(
@@ -66,6 +130,9 @@ class PatchEmbedding(nn.Module):
       x = x.reshape(n, h // ph, ph, w // pw, pw, c).transpose(0, 1, 3, 2, 4, 5)
       y = x.reshape(n, h // ph, w // pw, ph * pw * c) @ kernel.reshape(
           ph * pw * c, self.features)
+    if not self.use_bias:
+      return y
+    bias = self.param('bias', nn.initializers.zeros, (self.features,))
     return y + bias.astype(self.dtype)
 
 
@@ -84,24 +151,86 @@ class AddPositionEmbs(nn.Module):
     return x + pe.astype(x.dtype)
 
 
+def activate(x: jax.Array, activation: str) -> jax.Array:
+  """The MLP non-linearity `activation` (not swiglu, which gates two projections)."""
+  if activation == 'gelu_tanh':
+    return nn.gelu(x, approximate=True)
+  if activation == 'gelu':
+    return nn.gelu(x, approximate=False)
+  if activation == 'quick_gelu':  # CLIP's: x * sigmoid(1.702 x)
+    return x * jax.nn.sigmoid(1.702 * x)
+  raise ValueError(f'Unknown activation {activation!r}; use one of {ACTIVATIONS}.')
+
+
 class MlpBlock(nn.Module):
-  """Dense -> tanh-GELU -> Dropout -> Dense -> Dropout."""
+  """Dense -> activation -> Dropout -> (LayerNorm) -> Dense -> Dropout.
+
+  With activation='swiglu' (timm SwiGLU / EVA02): silu(gate(x)) * value(x) ->
+  Dropout -> (LayerNorm `norm`) -> `out`, each projection `mlp_dim` wide.
+  """
   mlp_dim: int
   dtype: Any = jnp.float32
   out_dim: Optional[int] = None
   dropout_rate: float = 0.1
   deterministic: bool = True
+  activation: str = 'gelu_tanh'
+  norm: bool = False       # timm scale_mlp_norm: LayerNorm before the output projection
+  epsilon: float = 1e-6
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     out_dim = x.shape[-1] if self.out_dim is None else self.out_dim
-    dense = lambda n: nn.Dense(  # noqa: E731
+    dense = lambda n, name=None: nn.Dense(  # noqa: E731
         n, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6))
-    x = nn.gelu(dense(self.mlp_dim)(x), approximate=True)
+        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+    if self.activation == 'swiglu':
+      x = nn.silu(dense(self.mlp_dim, 'gate')(x)) * dense(self.mlp_dim, 'value')(x)
+      last = 'out'
+    else:
+      x = activate(dense(self.mlp_dim, 'Dense_0')(x), self.activation)
+      last = 'Dense_1'
     x = nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
-    x = dense(out_dim)(x)
+    if self.norm:
+      x = nn.LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='norm')(x)
+    x = dense(out_dim, last)(x)
     return nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
+
+
+class LayerScale(nn.Module):
+  """Multiplies each channel by a learned `scale` (DeiT-III / DINOv2), initialised to init_value."""
+  init_value: float
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param('scale', nn.initializers.constant(self.init_value),
+                       (x.shape[-1],))
+    return x * scale.astype(x.dtype)
+
+
+class MAPHead(nn.Module):
+  """Multihead attention pooling (big_vision / SigLIP; timm global_pool='map').
+
+  A learned `probe` attends to the tokens; then x + MLP(LayerNorm(x)).
+  """
+  num_heads: int
+  mlp_dim: int
+  dtype: Any = jnp.float32
+  activation: str = 'gelu_tanh'
+  epsilon: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    n, _, d = x.shape
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d))
+    probe = jnp.broadcast_to(probe.astype(self.dtype), (n, 1, d))
+    x = attention_lib.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dtype=self.dtype,
+        name='MultiHeadDotProductAttention_0')(probe, kv=x)
+    y = nn.LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='LayerNorm_0')(x)
+    x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, dropout_rate=0.0,
+                     activation=self.activation, epsilon=self.epsilon,
+                     name='MlpBlock_0')(y)
+    return x[:, 0]
 
 
 def drop_path(module: nn.Module, x: jax.Array, rate: Any,
@@ -130,27 +259,40 @@ class Encoder1DBlock(nn.Module):
   attention: str = 'xla'
   attention_pad_multiple: int = 8
   valid_tokens: Optional[int] = None
+  activation: str = 'gelu_tanh'
+  mlp_norm: bool = False
+  layer_scale: Optional[float] = None
+  qk_norm: bool = False
+  qkv_bias: bool = True
+  layer_norm_epsilon: float = 1e-6
 
   @nn.compact
   def __call__(self, inputs: jax.Array, drop_rate: Any = None) -> jax.Array:
     """Applies the block; `drop_rate` (scan) overrides `stochastic_depth`."""
     rate = self.stochastic_depth if drop_rate is None else drop_rate
     norm = lambda name: nn.LayerNorm(  # noqa: E731
-        epsilon=1e-6, dtype=self.dtype, name=name)
+        epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
     x = norm('LayerNorm_0')(inputs)
     x = attention_lib.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dtype=self.dtype,
         dropout_rate=self.attention_dropout_rate,
         deterministic=self.deterministic, implementation=self.attention,
         pad_multiple=self.attention_pad_multiple,
-        valid_tokens=self.valid_tokens,
+        valid_tokens=self.valid_tokens, qkv_bias=self.qkv_bias,
+        qk_norm=self.qk_norm, epsilon=self.layer_norm_epsilon,
         name='MultiHeadDotProductAttention_0')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
+    if self.layer_scale:
+      x = LayerScale(self.layer_scale, name='LayerScale_0')(x)
     x = inputs + drop_path(self, x, rate, self.deterministic)
     y = norm('LayerNorm_1')(x)
     y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype,
                  dropout_rate=self.dropout_rate,
-                 deterministic=self.deterministic, name='MlpBlock_0')(y)
+                 deterministic=self.deterministic, activation=self.activation,
+                 norm=self.mlp_norm, epsilon=self.layer_norm_epsilon,
+                 name='MlpBlock_0')(y)
+    if self.layer_scale:
+      y = LayerScale(self.layer_scale, name='LayerScale_1')(y)
     return x + drop_path(self, y, rate, self.deterministic)
 
 
@@ -177,6 +319,17 @@ class Encoder(nn.Module):
   scan_layers: bool = False
   stochastic_depth: float = 0.0
   final_norm: bool = True  # False: the model normalises after pooling (fc_norm)
+  # Leading tokens (class, distillation, registers); with no_embed_class the
+  # position embedding covers only the patch tokens after them.
+  num_prefix_tokens: int = 0
+  no_embed_class: bool = False
+  pre_norm: bool = False   # CLIP's LayerNorm before the blocks: pre_norm
+  activation: str = 'gelu_tanh'
+  mlp_norm: bool = False
+  layer_scale: Optional[float] = None
+  qk_norm: bool = False
+  qkv_bias: bool = True
+  layer_norm_epsilon: float = 1e-6
 
   def _block_kwargs(self, train: bool, valid: Optional[int]) -> dict:
     return dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
@@ -184,7 +337,10 @@ class Encoder(nn.Module):
                 attention_dropout_rate=self.attention_dropout_rate,
                 deterministic=not train, attention=self.attention,
                 attention_pad_multiple=self.attention_pad_multiple,
-                valid_tokens=valid)
+                valid_tokens=valid, activation=self.activation,
+                mlp_norm=self.mlp_norm, layer_scale=self.layer_scale,
+                qk_norm=self.qk_norm, qkv_bias=self.qkv_bias,
+                layer_norm_epsilon=self.layer_norm_epsilon)
 
   def _pads_once(self, width: int, train: bool) -> bool:
     """Whether every block's attention will run on cuDNN (then pad here)."""
@@ -196,8 +352,16 @@ class Encoder(nn.Module):
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
     policy = remat_policy(self.remat)
     if self.add_position_embedding:
-      x = AddPositionEmbs(name='posembed_input')(x)
+      if self.no_embed_class:
+        lead = self.num_prefix_tokens
+        x = jnp.concatenate(
+            [x[:, :lead], AddPositionEmbs(name='posembed_input')(x[:, lead:])], axis=1)
+      else:
+        x = AddPositionEmbs(name='posembed_input')(x)
       x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    if self.pre_norm:
+      x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+                       name='pre_norm')(x)
     # Stochastic depth grows linearly with depth, 0 at the first block.
     rates = [self.stochastic_depth * i / max(self.num_layers - 1, 1)
              for i in range(self.num_layers)]
@@ -216,7 +380,8 @@ class Encoder(nn.Module):
         x = block_cls(stochastic_depth=rate, name=f'encoderblock_{i}',
                       **self._block_kwargs(train, valid))(x)
     if self.final_norm:
-      x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+      x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+                       name='encoder_norm')(x)
     return x[:, :tokens]
 
   def _scan_blocks(self, x: jax.Array, rates: list, policy: str,
@@ -248,7 +413,8 @@ class VisionTransformer(nn.Module):
   """ViT: patch embedding (optionally of a ResNet's features) + Transformer + head.
 
   Takes NHWC images in [-1, 1]; returns float32 logits (or features when
-  num_classes is None/0 or the classifier is unpooled).
+  num_classes is None/0 or the classifier is unpooled). The variant options
+  (class_token ... layer_norm_epsilon) are described in the module docstring.
   """
   num_classes: Optional[int]
   patches: Any
@@ -270,17 +436,34 @@ class VisionTransformer(nn.Module):
   # LayerNorm after pooling instead of on every token before it: timm's fc_norm,
   # the head of MAE / BEiT fine-tuning (params['fc_norm'], no encoder_norm).
   fc_norm: bool = False
+  # The variants (timm VisionTransformer flags); the defaults are the published ViT.
+  class_token: Optional[bool] = None   # None: as the classifier implies
+  num_registers: int = 0
+  distilled: bool = False
+  no_embed_class: bool = False
+  layer_scale: Optional[float] = None  # init value; None or 0: no layer scale
+  qk_norm: bool = False
+  pre_norm: bool = False
+  activation: str = 'gelu_tanh'
+  mlp_norm: bool = False
+  qkv_bias: bool = True
+  layer_norm_epsilon: float = 1e-6
+
+  def __post_init__(self):
+    super().__post_init__()
+    check_options(self)
 
   @nn.compact
   def __call__(self, inputs: jax.Array, *, train: bool = False) -> jax.Array:
-    if self.classifier not in CLASSIFIERS:
-      raise ValueError(f'Unknown classifier {self.classifier!r}; use one of '
-                       f'{CLASSIFIERS}.')
-    if self.fc_norm and self.classifier not in ('token', 'gap'):
-      raise ValueError(f'fc_norm normalises the pooled token; classifier '
-                       f'{self.classifier!r} pools none: use token or gap.')
     if inputs.ndim != 4:
       raise ValueError(f'Expected NHWC images, got shape {inputs.shape}.')
+    prefix, x = self._embed_tokens(inputs)
+    x = encoder(self, name='Transformer')(jnp.concatenate(prefix + [x], axis=1),
+                                          train=train)
+    return self._head(x)
+
+  def _embed_tokens(self, inputs: jax.Array) -> tuple[list, jax.Array]:
+    """(prefix tokens [n, 1 or R, D] each, patch tokens [n, h * w, D]), no posemb."""
     x = inputs.astype(self.dtype)
     if self.resnet is not None:
       x = resnet.apply_resnet(x, tuple(self.resnet['num_layers']),
@@ -292,30 +475,94 @@ class VisionTransformer(nn.Module):
     x = patch_embedding(self, name='embedding')(x)
     n, h, w, c = x.shape
     x = jnp.reshape(x, (n, h * w, c))
-    if self.classifier in _TOKEN_CLASSIFIERS:
-      cls = self.param('cls', nn.initializers.zeros, (1, 1, c))
-      x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
-    x = encoder(self, name='Transformer')(x, train=train)
+    tile = lambda t: jnp.tile(t.astype(x.dtype), (n, 1, 1))  # noqa: E731
+    prefix = []
+    if has_class_token(self):
+      prefix.append(tile(self.param('cls', nn.initializers.zeros, (1, 1, c))))
+    if self.distilled:
+      prefix.append(tile(self.param('dist_token', nn.initializers.normal(0.02),
+                                    (1, 1, c))))
+    if self.num_registers:
+      prefix.append(tile(self.param('registers', nn.initializers.normal(1e-6),
+                                    (1, self.num_registers, c))))
+    return prefix, x
+
+  def _head(self, x: jax.Array) -> jax.Array:
+    """Pooling, fc_norm, pre-logits and head(s) on the encoder's output tokens."""
+    lead = num_prefix_tokens(self)
+    dist = None
     if self.classifier == 'token':
-      x = x[:, 0]
+      x, dist = x[:, 0], (x[:, 1] if self.distilled else None)
     elif self.classifier == 'gap':
-      x = jnp.mean(x, axis=1)
+      x = jnp.mean(x[:, lead:], axis=1)
+    elif self.classifier == 'map':
+      t = dict(self.transformer)
+      x = MAPHead(num_heads=t['num_heads'], mlp_dim=t['mlp_dim'], dtype=self.dtype,
+                  activation=self.activation, epsilon=self.layer_norm_epsilon,
+                  name='MAPHead_0')(x[:, lead:])
     if self.fc_norm:
-      x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='fc_norm')(x)
+      x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+                       name='fc_norm')(x)
     if self.representation_size:
       x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype,
                            name='pre_logits')(x))
-    if self.num_classes:
-      x = nn.Dense(self.num_classes, dtype=self.dtype, name='head',
-                   kernel_init=nn.initializers.zeros,
-                   bias_init=nn.initializers.constant(self.head_bias_init))(x)
+    if not self.num_classes:
+      # Without heads a distilled model's features are its two tokens' mean (timm).
+      return (x if dist is None else (x + dist) / 2).astype(jnp.float32)
+    head = lambda name: nn.Dense(  # noqa: E731
+        self.num_classes, dtype=self.dtype, name=name,
+        kernel_init=nn.initializers.zeros,
+        bias_init=nn.initializers.constant(self.head_bias_init))
+    x = head('head')(x)
+    if dist is not None:  # DeiT: the class and distillation heads averaged
+      x = (x + head('head_dist')(dist)) / 2
     return x.astype(jnp.float32)
+
+
+def _choice(option: str, value: Any, allowed: Sequence[Any]) -> None:
+  if value not in allowed:
+    raise ValueError(f'Unknown {option} {value!r}; use one of '
+                     f'{", ".join(map(str, allowed))}.')
+
+
+def check_options(model: VisionTransformer) -> None:
+  """One-line ValueError for an unknown option value or a combination timm refuses."""
+  _choice('classifier', model.classifier, CLASSIFIERS)
+  _choice('activation', model.activation, ACTIVATIONS)
+  _choice('class_token', model.class_token, (None, True, False))
+  for key in ('distilled', 'no_embed_class', 'qk_norm', 'pre_norm', 'mlp_norm',
+              'qkv_bias', 'fc_norm'):
+    _choice(key, getattr(model, key), (True, False))
+  if not isinstance(model.num_registers, int) or model.num_registers < 0:
+    raise ValueError(f'num_registers={model.num_registers!r} must be an int >= 0.')
+  if model.layer_scale is not None and not isinstance(model.layer_scale, (int, float)):
+    raise ValueError(f'layer_scale={model.layer_scale!r} must be an init value '
+                     '(e.g. 1e-5) or None.')
+  if not isinstance(model.layer_norm_epsilon, (int, float)) or (
+      model.layer_norm_epsilon <= 0):
+    raise ValueError(f'layer_norm_epsilon={model.layer_norm_epsilon!r} must be a '
+                     'positive number (1e-6 as published, CLIP 1e-5).')
+  token = has_class_token(model)
+  if model.classifier in _TOKEN_CLASSIFIERS and not token:
+    raise ValueError(f'classifier={model.classifier!r} reads the class token but '
+                     'class_token=False; use classifier gap or map.')
+  if model.fc_norm and model.classifier not in ('token', 'gap', 'map'):
+    raise ValueError(f'fc_norm normalises the pooled token; classifier '
+                     f'{model.classifier!r} pools none: use token, gap or map.')
+  if model.distilled and (model.classifier != 'token' or model.fc_norm or
+                          model.representation_size):
+    raise ValueError('distilled=True reads the class and distillation tokens: it '
+                     'needs classifier=token without fc_norm or representation_size.')
+  if model.classifier == 'map' and model.activation == 'swiglu':
+    raise ValueError("classifier='map' with activation='swiglu' is not supported: "
+                     'the MAP head has a plain MLP; use another activation.')
 
 
 def patch_embedding(model: VisionTransformer, **kwargs: Any) -> PatchEmbedding:
   """The patch embedding of `model` (its parameters are params['embedding'])."""
   return PatchEmbedding(model.hidden_size, tuple(model.patches['size']),
-                        dtype=model.dtype, method=model.patch_embedding, **kwargs)
+                        dtype=model.dtype, method=model.patch_embedding,
+                        use_bias=not getattr(model, 'pre_norm', False), **kwargs)
 
 
 def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
@@ -328,24 +575,59 @@ def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
                 attention_pad_multiple=model.attention_pad_multiple,
                 remat=model.remat, scan_layers=model.scan_layers,
                 stochastic_depth=model.stochastic_depth,
-                final_norm=not getattr(model, 'fc_norm', False), **dict(model.transformer))
+                final_norm=not model.fc_norm,
+                num_prefix_tokens=num_prefix_tokens(model),
+                no_embed_class=model.no_embed_class, pre_norm=model.pre_norm,
+                activation=model.activation, mlp_norm=model.mlp_norm,
+                layer_scale=model.layer_scale, qk_norm=model.qk_norm,
+                qkv_bias=model.qkv_bias,
+                layer_norm_epsilon=model.layer_norm_epsilon,
+                **dict(model.transformer))
   kwargs.update(overrides)
   return Encoder(**kwargs)
 
 
-def has_class_token(model: VisionTransformer) -> bool:
-  """Whether `model` prepends a class token to the patch tokens."""
-  return model.classifier in _TOKEN_CLASSIFIERS
+def has_class_token(model: Any) -> bool:
+  """Whether a model (or its fields) prepends a class token to the patch tokens."""
+  token = _get(model, 'class_token')
+  if token is None:
+    return _get(model, 'classifier', 'token') in _TOKEN_CLASSIFIERS
+  return bool(token)
 
 
-def transformer_flops(tokens: int, width: int, mlp_dim: int, layers: int) -> float:
-  """Matmul FLOPs of `layers` pre-LN blocks on `tokens` tokens of `width`."""
+def num_prefix_tokens(model: Any) -> int:
+  """Tokens before the patches: class + distillation + registers (timm's count)."""
+  return (int(has_class_token(model)) + int(bool(_get(model, 'distilled')))
+          + int(_get(model, 'num_registers') or 0))
+
+
+def posemb_prefix_tokens(model: Any) -> int:
+  """Prefix tokens that have a position embedding (none with no_embed_class)."""
+  return 0 if _get(model, 'no_embed_class') else num_prefix_tokens(model)
+
+
+def transformer_flops(tokens: int, width: int, mlp_dim: int, layers: int,
+                      mlp_matmuls: int = 2) -> float:
+  """Matmul FLOPs of `layers` pre-LN blocks on `tokens` tokens of `width`.
+
+  `mlp_matmuls` is 3 for SwiGLU (gate, value and output projections).
+  """
   n, d = tokens, width
   per_layer = (2.0 * n * d * 3 * d      # fused QKV projection
                + 2 * 2.0 * n * n * d    # q.k^T and attention-weighted v
                + 2.0 * n * d * d        # output projection
-               + 2 * 2.0 * n * d * mlp_dim)  # the two MLP matmuls
+               + mlp_matmuls * 2.0 * n * d * mlp_dim)  # the MLP matmuls
   return layers * per_layer
+
+
+def map_head_flops(tokens: int, width: int, mlp_dim: int) -> float:
+  """Matmul FLOPs of a MAP head: one probe attending to `tokens` tokens, then its MLP."""
+  d = width
+  return (2.0 * d * d                  # probe query projection
+          + 2.0 * tokens * d * 2 * d   # key and value projections
+          + 2 * 2.0 * tokens * d       # the probe's attention products
+          + 2.0 * d * d                # output projection
+          + 2 * 2.0 * d * mlp_dim)     # its MLP
 
 
 # ----------------------------------------------------------------------------
@@ -400,17 +682,21 @@ def forward_flops(c: Mapping[str, Any], res: int, num_classes: int) -> float:
   grid = side // patch
   patches = grid * grid
   flops += 2.0 * patches * patch * patch * channels * d
-  classifier = c.get('classifier', 'token')
-  n = patches + (classifier in _TOKEN_CLASSIFIERS)
-  flops += transformer_flops(n, d, mlp, layers)
+  classifier = _get(c, 'classifier', 'token')
+  n = patches + num_prefix_tokens(c)
+  swiglu = _get(c, 'activation') == 'swiglu'
+  flops += transformer_flops(n, d, mlp, layers, mlp_matmuls=3 if swiglu else 2)
+  if classifier == 'map':
+    flops += map_head_flops(patches, d, mlp)
   rows = n if classifier in ('unpooled', 'token_unpooled') else 1
   width = d
-  rep = c.get('representation_size')
+  rep = _get(c, 'representation_size')
   if rep:
     flops += 2.0 * rows * d * rep
     width = rep
   if num_classes:
-    flops += 2.0 * rows * width * num_classes
+    heads = 2 if _get(c, 'distilled') else 1  # DeiT's distillation head
+    flops += heads * 2.0 * rows * width * num_classes
   return flops
 
 
@@ -418,13 +704,66 @@ def _patch_tokens(model: nn.Module, params: Mapping[str, Any]) -> Optional[int]:
   posemb = families.get_path(params, POSEMB_PATH)
   if posemb is None:
     return None
-  return int(posemb.shape[1]) - int(has_class_token(model))
+  return int(posemb.shape[1]) - posemb_prefix_tokens(model)
+
+
+def _is_square(n: int) -> bool:
+  return n > 0 and math.isqrt(n) ** 2 == n
+
+
+def prefix_tokens_of_params(params: Mapping[str, Any]) -> int:
+  """Prefix tokens a parameter tree holds (class, distillation, registers)."""
+  registers = families.get_path(params, ('registers',))
+  return (int('cls' in params) + int('dist_token' in params)
+          + (0 if registers is None else int(registers.shape[1])))
+
+
+def no_embed_class_of_params(params: Mapping[str, Any],
+                             grid: Optional[Sequence[int]] = None) -> bool:
+  """Whether a tree's position embedding skips its prefix tokens, from the shapes.
+
+  Without `grid` the patch grid is taken to be square: the embedding that
+  leaves a square once the prefix tokens are counted out (or not) decides.
+  """
+  posemb = families.get_path(params, POSEMB_PATH)
+  prefix = prefix_tokens_of_params(params)
+  if posemb is None or not prefix:
+    return False
+  length = int(posemb.shape[1])
+  if grid is not None:
+    return length == int(grid[0]) * int(grid[1])
+  return _is_square(length) and not _is_square(length - prefix)
 
 
 def _fields_from_params(params: Mapping[str, Any]) -> dict:
+  """The variant options a ViT parameter tree fixes (see the module docstring)."""
   kernel = families.get_path(params, ('pre_logits', 'kernel'))
-  return {'representation_size': None if kernel is None else int(kernel.shape[-1]),
-          'fc_norm': 'fc_norm' in params}
+  block = families.get_path(params, ('Transformer', 'encoderblock_0')) or {}
+  attn = block.get('MultiHeadDotProductAttention_0', {})
+  mlp = block.get('MlpBlock_0', {})
+  registers = families.get_path(params, ('registers',))
+  fields = {
+      'representation_size': None if kernel is None else int(kernel.shape[-1]),
+      'fc_norm': 'fc_norm' in params,
+      'distilled': 'dist_token' in params,
+      'num_registers': 0 if registers is None else int(registers.shape[1]),
+      'qk_norm': 'query_norm' in attn,
+      'pre_norm': 'pre_norm' in params.get('Transformer', {}),
+      'mlp_norm': 'norm' in mlp,
+      'no_embed_class': no_embed_class_of_params(params),
+  }
+  if block and 'bias' not in attn.get('query', {'bias': 0}):
+    fields['qkv_bias'] = False
+  if 'LayerScale_0' in block:
+    # The trained scales are in the tree; the init value (DINOv2's) only seeds training.
+    fields['layer_scale'] = 1e-5
+  else:
+    fields['layer_scale'] = None
+  if 'gate' in mlp:
+    fields['activation'] = 'swiglu'
+  if 'MAPHead_0' in params:
+    fields['classifier'] = 'map'
+  return fields
 
 
 def _rgb_filters(model: nn.Module, params: Mapping[str, Any]) -> Any:
@@ -448,12 +787,17 @@ FAMILY = families.Family(
     name='vit',
     module=VisionTransformer,
     signature=('hidden_size', 'transformer'),
+    # None / '' / KEEP: the preset's value (vit_jax/configs/base.py's config.model).
     options={
         'num_classes': families.KEEP, 'representation_size': families.KEEP,
         'dropout_rate': families.KEEP, 'dtype': 'auto', 'attention': 'auto',
         'attention_pad_multiple': 8, 'remat': 'none', 'scan_layers': False,
         'patch_embedding': 'conv', 'stochastic_depth': 0.0,
-        'head_bias_init': 0.0, 'fc_norm': False},
+        'head_bias_init': 0.0, 'fc_norm': False,
+        'classifier': '', 'class_token': None, 'num_registers': families.KEEP,
+        'distilled': None, 'no_embed_class': None, 'layer_scale': families.KEEP,
+        'qk_norm': None, 'pre_norm': None, 'activation': '', 'mlp_norm': None,
+        'qkv_bias': None, 'layer_norm_epsilon': families.KEEP},
     forward_flops=forward_flops,
     width=lambda c: c['hidden_size'],
     patch_tokens=_patch_tokens,
