@@ -6,10 +6,13 @@ r"""Converts checkpoints between the published .npz layout, timm and Hugging Fac
 
 Formats are read off the paths: `.npz` (ours), `.safetensors` / `.pth` / `.bin`
 (timm state dict; transformers weights when their keys are transformers'), a
-directory with `config.json` (transformers ViTModel / ViTForImageClassification);
---to_format=npz|timm|hf where the output path does not say. timm state dicts do
-not record the number of heads: name the model (--model=ViT-B_16 or
---model=vit_base_patch16_224) or pass --num_heads.
+directory with `config.json` (transformers ViT, ViTMAE, DeiT, DINOv2 (with
+registers), CLIP and SigLIP vision models); --to_format=npz|timm|hf where the
+output path does not say. timm state dicts do not record the number of heads,
+the activation or the LayerNorm epsilon: name the model (--model=ViT-B_16,
+--model=vit_small_patch14_dinov2, --model=vit_base_patch16_siglip_224) or pass
+--num_heads (and --activation / --layer_norm_epsilon where they are not timm's
+defaults, exact GELU and 1e-6).
 """
 import os
 from typing import Sequence
@@ -39,9 +42,13 @@ def _define_flags() -> None:
                        'whose size has no preset.')
   flags.DEFINE_bool('drop_head', False, 'Leave the classification head out (and, '
                     'for timm, the pre-logits layer it does not have).')
-  flags.DEFINE_bool('accept_exact_gelu', False, "Convert transformers checkpoints "
-                    "with hidden_act='gelu' (exact) although vit_jax runs tanh "
-                    'GELU.')
+  flags.DEFINE_enum('activation', None, ['gelu', 'gelu_tanh', 'quick_gelu'],
+                    'MLP activation of a timm state dict (default timm\'s: exact gelu, '
+                    'or what --model implies).')
+  flags.DEFINE_float('layer_norm_epsilon', None, 'LayerNorm epsilon of a timm state '
+                     'dict (default 1e-6; CLIP 1e-5, or what --model implies).')
+  flags.DEFINE_bool('accept_exact_gelu', False, 'Deprecated, does nothing: exact GELU '
+                    '(hidden_act=gelu) is now read as exact GELU.')
 
 
 def main(argv: Sequence[str]) -> None:
@@ -50,11 +57,12 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
+  options = {k: FLAGS[k].value for k in ('activation', 'layer_norm_epsilon')
+             if FLAGS[k].value is not None}
   ckpt, fmt = formats.convert(
       load.resolve_checkpoint(FLAGS['from'].value), os.path.expanduser(FLAGS.to),
       model=FLAGS.model, num_heads=FLAGS.num_heads,
-      to_format=FLAGS.to_format, drop_head=FLAGS.drop_head,
-      exact_gelu='accept' if FLAGS.accept_exact_gelu else 'error')
+      to_format=FLAGS.to_format, drop_head=FLAGS.drop_head, options=options)
   custom = ' with overrides' if set(ckpt.overrides) - {
       'num_classes', 'representation_size'} else ''
   print(f'{ckpt.path} ({ckpt.format}, {ckpt.model_name}{custom}, '

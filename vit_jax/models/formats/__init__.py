@@ -45,7 +45,7 @@ read_state_dict = files.read_state_dict
 Params = dict[str, Any]
 
 
-def _read_hf(path: str, exact_gelu: str) -> Params:
+def _read_hf(path: str, exact_gelu: str) -> tuple[Params, dict]:
   directory = path if os.path.isdir(path) else os.path.dirname(path)
   config_path = os.path.join(directory, 'config.json')
   if not os.path.exists(config_path):
@@ -57,19 +57,43 @@ def _read_hf(path: str, exact_gelu: str) -> Params:
   state = files.hf_weights(directory) if os.path.isdir(path) else files.read_state_dict(path)
   pre_path = os.path.join(directory, 'preprocessor_config.json')
   preprocessor = files.read_json(pre_path) if os.path.exists(pre_path) else None
-  return hf.to_params(state, config, path, preprocessor)
+  return hf.to_params(state, config, path, preprocessor), hf.options(config)
 
 
-def _read_timm(path: str, model: Optional[str], num_heads: Optional[int]
-               ) -> tuple[Params, Optional[str]]:
+def _check_options(options: Mapping[str, Any]) -> None:
+  unknown = sorted(set(options) - set(timm.OPTION_KEYS))
+  if unknown:
+    raise ValueError(f'Unknown checkpoint option {unknown[0]!r}; a state dict leaves '
+                     f'only {", ".join(timm.OPTION_KEYS)} to be given.')
+
+
+def _read_timm(path: str, model: Optional[str], num_heads: Optional[int],
+               options: Mapping[str, Any]) -> tuple[Params, Optional[str], dict]:
+  """(params, the preset `model` names or None, the ViT options the file lacks)."""
+  named = None
+  if model is not None and model not in models.MODEL_CONFIGS and not timm.preset_for(model):
+    named = timm.name_options(model)
+    if named is None:
+      arch.resolve_model(model)  # the one-line "Unknown model" error
   state = files.read_state_dict(path)
-  # Every shape but the head count, which the state dict does not hold.
-  shapes = arch.architecture(timm.to_params(state, 1, path), f'Checkpoint {path}')
-  if model is not None:
-    model = arch.resolve_model(model)
-    arch.check_fit(path, model, shapes, ignore_heads=True)
+  no_embed = options.get('no_embed_class', (named or {}).get('no_embed_class'))
+  # Every shape but the head count, which the state dict does not hold (unless qk_norm).
+  shapes = arch.architecture(timm.to_params(state, timm.heads_of(state) or 1, path, no_embed),
+                             f'Checkpoint {path}')
+  preset = None
+  if named is not None:
+    if named['width'] != shapes['hidden_size']:
+      raise ValueError(f'Checkpoint {path} does not fit model {model!r}: width '
+                       f'{shapes["hidden_size"]} != {named["width"]}. Pick the timm model it '
+                       'was saved from, or pass --num_heads instead.')
     if num_heads is None:
-      num_heads = models.get_model_config(model).transformer.num_heads
+      num_heads = named['num_heads']
+  elif model is not None:
+    preset = arch.resolve_model(model)
+    arch.check_fit(path, preset, shapes, ignore_heads=True)
+    if num_heads is None:
+      num_heads = models.get_model_config(preset).transformer.num_heads
+  num_heads = num_heads or timm.heads_of(state)
   if num_heads is None:
     fits = arch.fitting_presets(shapes, ignore_heads=True)
     hint = (f'shapes fit {", ".join(fits)}' if fits else
@@ -79,29 +103,40 @@ def _read_timm(path: str, model: Optional[str], num_heads: Optional[int]
                      f'or the timm model name, or --num_heads=N ({hint}).')
   if num_heads <= 0:
     raise ValueError(f'num_heads={num_heads} must be positive.')
-  return timm.to_params(state, num_heads, path), model
+  # timm's defaults (exact GELU, eps 1e-6), then the name's, then the caller's.
+  extras = {'activation': 'gelu', 'layer_norm_epsilon': 1e-6}
+  extras.update({k: v for k, v in (named or {}).items() if k in timm.OPTION_KEYS})
+  extras.update(options)
+  return timm.to_params(state, num_heads, path, no_embed), preset, extras
 
 
 def read(path: str, *, model: Optional[str] = None,
-         num_heads: Optional[int] = None, exact_gelu: str = 'error') -> Checkpoint:
+         num_heads: Optional[int] = None, exact_gelu: str = 'error',
+         options: Optional[Mapping[str, Any]] = None) -> Checkpoint:
   """Reads a checkpoint of any format into the vit_jax tree, with its architecture.
 
   `model` (a preset or timm model name) names the architecture and is checked
-  against the file; `num_heads` is what a timm state dict lacks.
-  `exact_gelu='accept'` reads transformers checkpoints with exact GELU.
+  against the file; `num_heads` is what a timm state dict lacks, and `options`
+  (activation, layer_norm_epsilon, classifier, class_token, no_embed_class) what
+  else it lacks (timm's defaults, or the timm name's, otherwise). transformers
+  configs record all of it. `exact_gelu` is accepted for compatibility only: exact
+  GELU is read as exact GELU.
   """
   path = os.fspath(path)
+  options = dict(options or {})
+  _check_options(options)
   fmt = detect.detect_format(path)
+  extras = dict(options)
   if fmt == 'npz':
     params = npz.load(path)
   elif fmt == 'hf':
-    params = _read_hf(path, exact_gelu)
+    params, extras = _read_hf(path, exact_gelu)
+    extras.update(options)
   else:
-    params, model = _read_timm(path, model, num_heads)
+    params, model, extras = _read_timm(path, model, num_heads, options)
   check_params(params, path)
   shapes = arch.architecture(params, f'Checkpoint {path}')
-  return arch.as_checkpoint(params, shapes, model, fmt, path)
-
+  return arch.as_checkpoint(params, shapes, model, fmt, path, extras)
 
 
 def check_finite(params: Mapping[str, Any], source: str) -> None:
@@ -136,7 +171,7 @@ def read_params(path: str, *, num_heads: Optional[int] = None,
   if fmt == 'npz':
     params = npz.load(path)
   elif fmt == 'hf':
-    params = _read_hf(os.fspath(path), exact_gelu)
+    params = _read_hf(os.fspath(path), exact_gelu)[0]
   elif num_heads is None:
     raise ValueError(f'Checkpoint {path} is a timm state dict, which does not '
                      'record the number of heads; pass num_heads.')
@@ -146,12 +181,13 @@ def read_params(path: str, *, num_heads: Optional[int] = None,
   return params
 
 
-
 def write(params: Mapping[str, Any], path: str, *, to_format: Optional[str] = None,
-          drop_head: bool = False) -> str:
+          drop_head: bool = False, options: Optional[Mapping[str, Any]] = None) -> str:
   """Writes vit_jax `params` to `path` in its format (or `to_format`); returns the format.
 
-  `drop_head` leaves out the head and the pre-logits layer (the backbone only).
+  `drop_head` leaves out the head(s) and the pre-logits layer (the backbone only).
+  `options` are the model's fields the tree does not hold (activation,
+  layer_norm_epsilon), which a transformers config.json records.
   Everything is converted before anything is written; files appear atomically.
   """
   path = os.fspath(path)
@@ -159,6 +195,7 @@ def write(params: Mapping[str, Any], path: str, *, to_format: Optional[str] = No
   params = dict(params)
   if drop_head:
     params.pop('head', None)
+    params.pop('head_dist', None)
     if fmt == 'timm':  # timm's ViT has no pre-logits layer either
       params.pop('pre_logits', None)
   # Refuses trees that are no vit_jax model before anything is written.
@@ -171,19 +208,31 @@ def write(params: Mapping[str, Any], path: str, *, to_format: Optional[str] = No
     fileio.atomic_write(path, files.safetensors_bytes(state)
                         if path.lower().endswith('.safetensors') else files.torch_bytes(state))
   else:
-    state, config, preprocessor = hf.from_params(params, path)
+    state, config, preprocessor = hf.from_params(params, path, options)
     files.write_hf_dir(state, config, preprocessor, path)
   return fmt
 
 
 def convert(from_path: str, to_path: str, *, model: Optional[str] = None,
             num_heads: Optional[int] = None, to_format: Optional[str] = None,
-            drop_head: bool = False, exact_gelu: str = 'error'
-            ) -> tuple[Checkpoint, str]:
-  """Reads `from_path` in any format and writes it to `to_path`; returns (what was read, format written)."""
+            drop_head: bool = False, exact_gelu: str = 'error',
+            options: Optional[Mapping[str, Any]] = None) -> tuple[Checkpoint, str]:
+  """Reads `from_path` in any format and writes it to `to_path`; returns (what was read, format written).
+
+  `options`: what a timm state dict does not record (see `read`).
+  """
   fileio.check_output(to_path, '--to', [('--from', from_path)])
   # The output format is checked before the (possibly large) input is read.
   detect.detect_format(os.fspath(to_path), to_format, writing=True)
-  ckpt = read(from_path, model=model, num_heads=num_heads, exact_gelu=exact_gelu)
-  fmt = write(ckpt.params, to_path, to_format=to_format, drop_head=drop_head)
+  ckpt = read(from_path, model=model, num_heads=num_heads, exact_gelu=exact_gelu,
+              options=options)
+  fmt = write(ckpt.params, to_path, to_format=to_format, drop_head=drop_head,
+              options=_model_options(ckpt))
   return ckpt, fmt
+
+
+def _model_options(ckpt: Checkpoint) -> dict:
+  """The activation and LayerNorm epsilon of the model a checkpoint was read as."""
+  cfg = models.get_model_config(ckpt.model_name).to_dict()
+  cfg.update(ckpt.overrides)
+  return {k: cfg[k] for k in ('activation', 'layer_norm_epsilon') if k in cfg}

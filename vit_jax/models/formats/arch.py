@@ -8,6 +8,7 @@ import flax.linen as nn
 import numpy as np
 
 from vit_jax import models
+from vit_jax.models import families
 from vit_jax.models.formats import timm
 
 Params = dict[str, Any]
@@ -59,8 +60,8 @@ def architecture(params: Mapping[str, Any], source: str = 'Parameters'
   kernel = _shape(params, 'embedding', 'kernel')
   query = _shape(params, 'Transformer', 'encoderblock_0',
                  'MultiHeadDotProductAttention_0', 'query', 'kernel')
-  dense = _shape(params, 'Transformer', 'encoderblock_0', 'MlpBlock_0',
-                 'Dense_0', 'kernel')
+  mlp = families.get_path(params, ('Transformer', 'encoderblock_0', 'MlpBlock_0')) or {}
+  dense = _shape(mlp, 'gate' if 'gate' in mlp else 'Dense_0', 'kernel')  # SwiGLU: gate
   if kernel is None or len(kernel) != 4 or query is None or len(query) != 3 or (
       dense is None):
     raise ValueError(f'{source}: no ViT patch embedding and encoder blocks '
@@ -77,7 +78,10 @@ def architecture(params: Mapping[str, Any], source: str = 'Parameters'
       'hidden_size': width,
       'transformer': {'mlp_dim': dense[1], 'num_heads': query[1],
                       'num_layers': layers},
-      'classifier': 'token' if 'cls' in params else 'gap',
+      # timm pools the tokens averaged when it normalises after pooling (fc_norm).
+      'classifier': ('map' if 'MAPHead_0' in params else
+                     'token' if 'cls' in params and 'fc_norm' not in params else 'gap'),
+      'class_token': 'cls' in params,
       'representation_size': (_shape(params, 'pre_logits', 'kernel') or
                               (None, None))[1],
       'num_classes': (_shape(params, 'head', 'kernel') or (None, 0))[1],
@@ -123,7 +127,7 @@ def _fit(preset: str, arch: Mapping[str, Any], ignore_heads: bool = False
     if cfg['transformer'][key] != arch['transformer'][key]:
       diff.append(f'{key} {arch["transformer"][key]} != {cfg["transformer"][key]}')
   has_token = cfg['classifier'] in ('token', 'token_unpooled')
-  if has_token != (arch['classifier'] == 'token'):
+  if has_token != arch['class_token']:
     diff.append('class token' + (' missing' if has_token else ' present'))
   if cfg.get('resnet'):
     resnet = arch['resnet']
@@ -163,7 +167,7 @@ def resolve_model(model: str) -> str:
 
 
 def check_fit(path: str, preset: str, arch: Mapping[str, Any],
-               ignore_heads: bool = False) -> None:
+              ignore_heads: bool = False) -> None:
   """One-line error unless `arch` fits `preset`, naming the presets it does fit."""
   diff = _fit(preset, arch, ignore_heads)
   if diff:
@@ -175,14 +179,35 @@ def check_fit(path: str, preset: str, arch: Mapping[str, Any],
                      f'{other} (shapes fit: {", ".join(fits) or "no preset"}).')
 
 
+def _variant_fields(params: Params, arch: Mapping[str, Any]) -> dict:
+  """The ViT options the tree fixes (the family's reading), without their defaults."""
+  fields = families.FAMILIES['vit'].fields_from_params(params)
+  defaults = {'fc_norm': False, 'distilled': False, 'num_registers': 0, 'qk_norm': False,
+              'pre_norm': False, 'mlp_norm': False, 'no_embed_class': False,
+              'layer_scale': None, 'qkv_bias': True, 'representation_size': None}
+  out = {k: v for k, v in fields.items() if k not in defaults or defaults[k] != v}
+  if arch['classifier'] != 'token':
+    out['classifier'] = arch['classifier']
+  if arch['class_token'] != (arch['classifier'] == 'token'):
+    out['class_token'] = arch['class_token']
+  return out
+
+
 def as_checkpoint(params: Params, arch: dict, model: Optional[str], fmt: str,
-                   path: str) -> Checkpoint:
-  """Names the preset `params` fit (or `model`, checked) and its overrides."""
+                  path: str, options: Optional[Mapping[str, Any]] = None) -> Checkpoint:
+  """Names the preset `params` fit (or `model`, checked) and its overrides.
+
+  `options` are the ViT options the format recorded (or the caller gave) and the
+  tree does not: activation, LayerNorm epsilon, pooling; they win.
+  """
   free = {'num_classes': arch['num_classes']}
   if 'num_blocks' not in arch:
     free['representation_size'] = arch['representation_size']
-  if arch.get('fc_norm'):  # the head's norm, which no preset has
-    free['fc_norm'] = True
+    tree = _variant_fields(params, arch)
+    free.update(tree)
+    free.update(options or {})
+    if tree.get('activation') == 'swiglu':  # the tree's gate/value: no caller's guess
+      free['activation'] = 'swiglu'
   if model is not None:
     preset = resolve_model(model)
     check_fit(path, preset, arch)
@@ -191,11 +216,12 @@ def as_checkpoint(params: Params, arch: dict, model: Optional[str], fmt: str,
   if fits:
     return Checkpoint(params, fits[0], free, fmt, path)
   # No preset: the closest family's preset with every architecture field set.
-  overrides = {k: v for k, v in arch.items() if k != 'transformer'}
+  overrides = {k: v for k, v in arch.items() if k not in ('transformer', 'class_token')}
   if 'transformer' in arch:
     overrides.update(arch['transformer'])
   if overrides.get('resnet') is None:
     overrides.pop('resnet', None)
+  overrides.update(free)
   logging.info('Checkpoint %s fits no preset; using %s with overrides %s', path,
                _BASE_PRESETS[_kind(arch)], overrides)
   return Checkpoint(params, _BASE_PRESETS[_kind(arch)], overrides, fmt, path)
