@@ -21,7 +21,29 @@ PUBLISHED_COUNTS = {
     'ViT-H_14': 632_045_800,
     'Mixer-B_16': 59_880_472,
     'Mixer-L_16': 208_196_168,
+    # Today's ViTs, 1000 classes at 224 px: timm 1.0.31's counts of the model named
+    # beside each preset in vit_jax/models/presets.py (create_model(..., img_size=224)).
+    'ViT-S_14-dinov2': 22_013_800,
+    'ViT-B_14-dinov2': 86_493_928,
+    'ViT-L_14-dinov2': 304_252_904,
+    'ViT-g_14-dinov2': 1_136_306_664,
+    'ViT-S_14-dinov2-reg4': 22_014_952,
+    'ViT-B_14-dinov2-reg4': 86_496_232,
+    'ViT-L_14-dinov2-reg4': 304_255_976,
+    'ViT-g_14-dinov2-reg4': 1_136_311_272,
+    'ViT-B_16-clip': 86_568_424,
+    'ViT-B_16-clip-quickgelu': 86_568_424,
+    'ViT-B_16-siglip': 93_653_224,
+    'DeiT3-S_16': 22_059_496,
+    'DeiT3-B_16': 86_585_320,
+    'DeiT-S_16-distilled': 22_436_432,
+    'DeiT-B_16-distilled': 87_338_192,
+    'ViT-B_16-reg4-gap': 86_569_192,
 }
+# Preset keys of the ViT variants (vit.py); presets with none are the 2020 ViT.
+_VARIANT_KEYS = ('class_token', 'num_registers', 'distilled', 'no_embed_class',
+                 'layer_scale', 'qk_norm', 'pre_norm', 'activation', 'mlp_norm',
+                 'qkv_bias', 'layer_norm_epsilon', 'fc_norm')
 
 
 def _count(tree) -> int:
@@ -57,7 +79,7 @@ class PresetTest(parameterized.TestCase):
         'R50+ViT-B_16', 'R50+ViT-L_32', 'Mixer-B_16', 'Mixer-B_32',
         'Mixer-L_16'
     }
-    self.assertEqual(set(models.MODEL_CONFIGS), expected)
+    self.assertLessEqual(expected, set(models.MODEL_CONFIGS))
 
   @parameterized.parameters(*sorted(models.MODEL_CONFIGS))
   def test_preset_shapes(self, name):
@@ -71,7 +93,8 @@ class PresetTest(parameterized.TestCase):
     params = variables['params']
     self.assertEqual(params['head']['kernel'].shape[-1], 7)
     cfg = models.MODEL_CONFIGS[name]
-    if models.family_of(cfg).name == 'vit' and 'resnet' not in cfg:
+    plain = not any(k in cfg for k in _VARIANT_KEYS) and cfg.get('classifier') != 'map'
+    if models.family_of(cfg).name == 'vit' and 'resnet' not in cfg and plain:
       self.assertEqual(_count(params), _vit_count(name, 7, 224))
 
   @parameterized.parameters(*sorted(PUBLISHED_COUNTS.items()))

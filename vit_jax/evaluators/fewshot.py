@@ -293,8 +293,11 @@ class FewShot(base.Evaluator):
     if self.batch_size % mesh.devices.size:
       raise ValueError(f'config.batch_eval={config.batch_eval} must be a positive '
                        f'multiple of the {mesh.devices.size} devices of the mesh.')
-    # Without its head the model returns its features (pre-logits or pooled tokens).
-    self._head = models.family_of(context.model).head_keys[0]
+    # Without its heads the model returns its features (pre-logits or pooled tokens).
+    family = models.family_of(context.model)
+    self._heads = set(family.fresh_keys)
+    # Unpooled outputs are averaged over the patch tokens, after the prefix tokens.
+    self._prefix = family.prefix_tokens(context.model)
     feature_model = context.model.clone(num_classes=0)
     self._batch_sharding = NamedSharding(mesh, P(mesh.axis_names))
     self._features_fn = jax.jit(
@@ -315,7 +318,7 @@ class FewShot(base.Evaluator):
 
   def features(self, params: Mapping[str, Any], batches) -> tuple[np.ndarray, np.ndarray]:
     """Features [N, D] and labels [N] of (images, labels) batches, padded to the mesh."""
-    params = {k: v for k, v in params.items() if k != self._head}
+    params = {k: v for k, v in params.items() if k not in self._heads}
     feats, labels = [], []
     for images, batch_labels in batches:
       n = len(images)
@@ -327,7 +330,9 @@ class FewShot(base.Evaluator):
           images.shape, self._batch_sharding, lambda idx, im=images: im[idx])
       out = self._features_fn(params, global_images)
       out = np.asarray(out, np.float32)[:n]
-      # Unpooled classifiers return every token: average them into one vector.
+      # Unpooled classifiers return every token: average the patch tokens into one vector.
+      if out.ndim == 3:
+        out = out[:, self._prefix:]
       feats.append(out.reshape(n, -1, out.shape[-1]).mean(axis=1))
       labels.append(batch_labels)
     if not feats:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 import io
 import os
 import re
-from typing import Any
+from typing import Any, Optional, Union
 
 from flax import traverse_util
 import flax.linen as nn
@@ -101,6 +101,16 @@ def _has_token(model: nn.Module) -> bool:
   return models.family_of(model).class_token(model)
 
 
+def _prefix(model: nn.Module) -> int:
+  """Tokens before the patches in the attention (class, distillation, registers)."""
+  return models.family_of(model).prefix_tokens(model)
+
+
+def _posemb_prefix(model: nn.Module) -> int:
+  """Leading rows of the position embedding that belong to no patch."""
+  return models.family_of(model).posemb_prefix_tokens(model)
+
+
 def attention_weights(model: nn.Module, params: Mapping[str, Any],
                       images: np.ndarray) -> np.ndarray:
   """Softmax attention of every block, float32 [layers, N, heads, tokens, tokens]."""
@@ -139,13 +149,16 @@ def posemb(model: nn.Module, params: Mapping[str, Any]) -> Any:
 # Fig. 6: attention rollout.
 
 
-def attention_rollout(weights: np.ndarray, has_token: bool,
-                      grid: tuple[int, int]) -> np.ndarray:
+def attention_rollout(weights: np.ndarray, has_token: Union[bool, int],
+                      grid: tuple[int, int],
+                      class_token: Optional[bool] = None) -> np.ndarray:
   """Rollout maps float32 [N, rows, cols] in [0, 1] from [layers, N, heads, T, T] weights.
 
   Heads are averaged, the residual connection is added as identity, rows are
-  renormalised and the layers multiplied (Abnar & Zuidema, 2020). The map is the
-  class token's row, or the mean row of all tokens for pooled models.
+  renormalised and the layers multiplied (Abnar & Zuidema, 2020). `has_token`
+  counts the prefix tokens (a bool: one class token or none); their columns are
+  skipped. The map is the class token's row (`class_token`, default: any prefix),
+  or else the mean row of the patch tokens.
   """
   att = weights.mean(axis=2)
   att = att + np.eye(att.shape[-1], dtype=att.dtype)
@@ -154,7 +167,8 @@ def attention_rollout(weights: np.ndarray, has_token: bool,
   for layer in att[1:]:
     joint = layer @ joint
   ntok = int(has_token)
-  rows = joint[:, 0, ntok:] if has_token else joint[:, :, :].mean(axis=1)
+  class_token = bool(ntok) if class_token is None else class_token
+  rows = joint[:, 0, ntok:] if class_token else joint[:, ntok:, ntok:].mean(axis=1)
   maps = rows.reshape(len(rows), *grid)
   maps = maps / np.maximum(maps.max(axis=(1, 2), keepdims=True), 1e-12)
   return maps.astype(np.float32)
@@ -185,9 +199,12 @@ def rollout_pictures(images: np.ndarray, maps: np.ndarray) -> np.ndarray:
 # Fig. 7: position embeddings, embedding filters, attention distance.
 
 
-def posemb_similarity(posemb: np.ndarray, has_token: bool,
+def posemb_similarity(posemb: np.ndarray, has_token: Union[bool, int],
                       grid: tuple[int, int]) -> np.ndarray:
-  """Cosine similarities [rows, cols, rows, cols] between patch position embeddings."""
+  """Cosine similarities [rows, cols, rows, cols] between patch position embeddings.
+
+  `has_token` counts the leading rows that belong to no patch (a bool: one).
+  """
   emb = np.asarray(posemb, np.float64)[0, int(has_token):]
   emb = emb / np.maximum(np.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
   return (emb @ emb.T).reshape(*grid, *grid).astype(np.float32)
@@ -229,12 +246,12 @@ def render_filters(components: np.ndarray, cols: int = 7) -> np.ndarray:
   return tile_grid(upscale(tiles.astype(np.uint8), factor), min(cols, len(tiles)))
 
 
-def mean_attention_distance(weights: np.ndarray, has_token: bool,
+def mean_attention_distance(weights: np.ndarray, has_token: Union[bool, int],
                             grid: tuple[int, int], stride: int) -> np.ndarray:
   """Mean distance in pixels [layers, heads] between query and attended patches.
 
-  Weights over the patch keys are renormalised (the class token has no
-  position) and averaged over patch queries and images.
+  Weights over the patch keys are renormalised (prefix tokens, `has_token` of
+  them, have no position) and averaged over patch queries and images.
   """
   ntok = int(has_token)
   rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing='ij')
@@ -427,13 +444,13 @@ def summary_images(model: nn.Module, params: Mapping[str, Any],
                      f'{images.shape}.')
   grid = patch_grid(model, params)
   maps = attention_rollout(attention_weights(model, params, images),
-                           _has_token(model), grid)
+                           _prefix(model), grid, class_token=_has_token(model))
   rollout = rollout_pictures(images, maps)
   out = {'attention_rollout': upscale(rollout, -(-_MIN_SIDE // rollout.shape[1]))}
   embeddings = posemb(model, params)
   if embeddings is not None:
     similarity = render_posemb_similarity(posemb_similarity(
-        np.asarray(sharding.to_host(embeddings)), _has_token(model), grid))
+        np.asarray(sharding.to_host(embeddings)), _posemb_prefix(model), grid))
     out['posemb_similarity'] = similarity[None]
   return out
 
@@ -477,16 +494,17 @@ def write_figures(loaded: load.LoadedModel, image_paths: Sequence[str],
   embeddings = posemb(model, params)
   if embeddings is not None:
     figures['posemb_similarity.png'] = labelled_posemb_similarity(posemb_similarity(
-        embeddings, _has_token(model), patch_grid(model, params)))
+        embeddings, _posemb_prefix(model), patch_grid(model, params)))
   if images is not None and has_attention(model):
     grid = patch_grid(model, params)
     weights = attention_weights(model, params, images)
-    maps = attention_rollout(weights, _has_token(model), grid)
+    maps = attention_rollout(weights, _prefix(model), grid,
+                             class_token=_has_token(model))
     for path, name, image, heat in zip(image_paths, rollout_names(image_paths),
                                        display, maps):
       figures[name] = labelled_rollout(image, heat, os.path.basename(path))
     distance = mean_attention_distance(
-        weights, _has_token(model), grid, load.model_stride(model))
+        weights, _prefix(model), grid, load.model_stride(model))
     figures['attention_distance.png'] = render_attention_distance(
         distance, loaded.resolution)
   objective = load.workdir_objective(checkpoint_path) if checkpoint_path else None

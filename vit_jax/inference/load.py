@@ -198,8 +198,9 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
     new_grid = resolution // stride
     *parent, leaf = family.posemb_path
     node = families.get_path(params, tuple(parent))
+    # Every prefix token the embedding covers (class, distillation, registers) keeps its own.
     node[leaf] = checkpoint.interpolate_posemb(
-        np.asarray(node[leaf]), (new_grid, new_grid), family.class_token(model))
+        np.asarray(node[leaf]), (new_grid, new_grid), family.posemb_prefix_tokens(model))
   _check_fits(model, params, resolution, checkpoint_path, model_name)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
   return LoadedModel(model_name, model, params, resolution)

@@ -31,7 +31,7 @@ DTYPES = ('auto',) + tuple(_DTYPES)
 for _family in (vit.FAMILY, mixer.FAMILY):
   families.register(_family, {
       name: cfg for name, cfg in presets.PRESETS.items()
-      if all(k in cfg for k in _family.signature)})
+      if cfg.get(families.FAMILY_KEY) == _family.name})
 
 MODEL_CONFIGS = families.MODEL_CONFIGS
 register_family = families.register
@@ -91,6 +91,7 @@ def get_model(name: str, num_classes: int = 1000, **overrides: Any) -> nn.Module
   """
   kwargs = _plain(get_model_config(name))
   family = families.of_config(kwargs)
+  kwargs.pop(families.FAMILY_KEY, None)
   kwargs['num_classes'] = num_classes
   allowed = {f.name for f in dataclasses.fields(family.module)} - {'parent', 'name'}
   nested = [k for k in family.nested if k in kwargs]

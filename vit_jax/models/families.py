@@ -1,7 +1,12 @@
 """Model families: one record per kind of model, asked by every other part of the package.
 
 A family is the Flax module class plus what the trainer, FLOP counter, checkpoint
-formats, `predict` and `visualize` need to know about it. To add a family, write its
+formats, `predict` and `visualize` need to know about it. It is the one place that reads
+its parameter tree for the others: prefix-token counts, embed/encode (the masked
+objectives), the architecture a tree implies (`fields_from_params`) and the fitting of a
+checkpoint's position embedding (`adapt_posemb`). A preset names its family (its
+'family' key); mappings without one (a built model's fields) are recognised by
+`signature`. To add a family, write its
 module and call `register(Family(...), presets)`; nothing else branches on the kind of
 model. ViT (with its ResNet hybrids) and MLP-Mixer are registered in
 `vit_jax/models/__init__.py`.
@@ -17,6 +22,8 @@ Params = Mapping[str, Any]
 
 # config.model values meaning "keep the preset's value".
 KEEP = -1
+# The preset key naming its family (not a module field).
+FAMILY_KEY = 'family'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +31,8 @@ class Family:
   """What the package knows about one kind of model."""
   name: str
   module: type
-  # Preset keys that only this family's configs have (how a config is recognised).
+  # Preset keys that only this family's configs have: how a config without a
+  # 'family' key (module fields, a user's mapping) is recognised.
   signature: tuple[str, ...]
   # config.model knobs the module takes beyond its preset fields, with the value
   # that means "not set" (KEEP: the preset's value; else the module gets it).
@@ -64,6 +72,22 @@ class Family:
   # embeddings, i + 1 for block i, None for what sits on top of the blocks (final norm,
   # pre-logits, head). None here: the family has no such layers (layer_decay is refused).
   layer_of: Optional[Callable[[tuple[str, ...]], Optional[int]]] = None
+  # Tokens before the patch tokens (class, distillation, registers) of a model or its
+  # fields, and how many of them the position embedding covers.
+  prefix_tokens: Callable[[Any], int] = lambda model: 0
+  posemb_prefix_tokens: Callable[[Any], int] = lambda model: 0
+  # The prefix tokens' parameters (dropped / started fresh when only one side has them).
+  prefix_keys: tuple[str, ...] = ()
+  # (model, params, images, *, add_posemb=True, posemb=None) -> (prefix tokens,
+  # patch tokens), and (model, params, tokens, *, train, rngs, add_posemb=False) ->
+  # encoded tokens: what masked objectives build on. None: the family has no tokens.
+  embed: Optional[Callable[..., Any]] = None
+  encode: Optional[Callable[..., Any]] = None
+  # (model fields, checkpoint tree, posemb, init posemb, grid, pretrained grid) ->
+  # the checkpoint's position embedding fitted to the model (None: no posemb).
+  adapt_posemb: Optional[Callable[..., Any]] = None
+  # Classifier heads that fine-tuning starts fresh and feature extraction drops.
+  fresh_keys: tuple[str, ...] = ('head',)
 
 
 FAMILIES: dict[str, Family] = {}
@@ -79,6 +103,9 @@ def register(family: Family,
   if taken:
     raise ValueError(f'Model presets {taken} are already registered.')
   for name, cfg in presets.items():
+    if cfg.get(FAMILY_KEY, family.name) != family.name:
+      raise ValueError(f'Preset {name!r} names family {cfg.get(FAMILY_KEY)!r}, not '
+                       f'{family.name!r}.')
     if not all(k in cfg for k in family.signature):
       raise ValueError(f'Preset {name!r} lacks the keys {family.signature} of '
                        f'family {family.name!r}.')
@@ -87,7 +114,13 @@ def register(family: Family,
 
 
 def of_config(config: Mapping[str, Any]) -> Family:
-  """The family of a preset config (or any mapping of architecture fields)."""
+  """The family of a preset config (its 'family' key) or any mapping of fields."""
+  named = config.get(FAMILY_KEY) if hasattr(config, 'get') else None
+  if named is not None:
+    if named not in FAMILIES:
+      raise ValueError(f'Unknown model family {named!r}; known families: '
+                       f'{", ".join(FAMILIES)}.')
+    return FAMILIES[named]
   for family in FAMILIES.values():
     if all(k in config for k in family.signature):
       return family
@@ -96,7 +129,10 @@ def of_config(config: Mapping[str, Any]) -> Family:
 
 
 def of_module(model: nn.Module) -> Family:
-  """The family of a built model."""
+  """The family of a built model (its own class first, then a base class's)."""
+  for family in FAMILIES.values():
+    if type(model) is family.module:
+      return family
   for family in FAMILIES.values():
     if isinstance(model, family.module):
       return family

@@ -2,8 +2,9 @@
 
 `MaskedAutoencoder(vit)` keeps the ViT's parameters in their published layout under
 params['model'] and adds a light decoder under params['decoder']. `encode` runs the
-ViT's own Transformer on the visible 25% of the patch tokens only (plus the class
-token), which is where MAE's speed comes from; `decode` puts a shared learnable mask
+ViT's own Transformer on the visible 25% of the patch tokens only (plus its prefix
+tokens: class, distillation, registers), which is where MAE's speed comes from; the
+ViT family's embed/encode (vit_jax.models.families) do the ViT's part; `decode` puts a shared learnable mask
 token at every left-out position, restores the token order and predicts each patch's
 pixels. The loss lives with the training objectives (vit_jax.train.objectives).
 """
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models import families
 from vit_jax.models import masking
 from vit_jax.models import vit as vit_lib
 
@@ -24,7 +26,9 @@ Params = Any
 
 def check_vit(model: nn.Module, objective: str) -> None:
   """One-line error unless `model` is a plain ViT (patch tokens of pixels)."""
-  if not isinstance(model, vit_lib.VisionTransformer):
+  family = next((f for f in families.FAMILIES.values() if isinstance(model, f.module)),
+                None)
+  if family is None or family.embed is None or family.encode is None:
     raise ValueError(f'config.objective={objective!r} needs a ViT (patch tokens); '
                      f'{type(model).__name__} has none. Choose a ViT-* model_name.')
   if model.resnet is not None:
@@ -52,11 +56,13 @@ def patch_grid(model: vit_lib.VisionTransformer,
   return image_shape[1] // ph, image_shape[2] // pw
 
 
-def posemb_table(grid: tuple[int, int], width: int, class_token: bool) -> np.ndarray:
-  """[1, cls + tokens, width] fixed sin-cos embeddings (zeros at the class token)."""
+def posemb_table(grid: tuple[int, int], width: int, prefix: int) -> np.ndarray:
+  """[1, prefix + tokens, width] fixed sin-cos embeddings (zeros at the prefix tokens).
+
+  `prefix` counts the prefix tokens the embedding covers (a bool: a class token).
+  """
   table = masking.sincos_posemb(grid, width)
-  if class_token:
-    table = np.concatenate([np.zeros((1, width), np.float32), table])
+  table = np.concatenate([np.zeros((int(prefix), width), np.float32), table])
   return table[None]
 
 
@@ -68,7 +74,7 @@ class Decoder(nn.Module):
   mlp_dim: int
   patch_dim: int       # pixels per patch (ph * pw * 3)
   grid: tuple[int, int]
-  class_token: bool
+  prefix_tokens: int   # the encoder's leading tokens (class, distillation, registers)
   posemb: str = 'sincos2d'
   dtype: Any = jnp.float32
   attention: str = 'xla'  # the encoder's kernel choice ('auto': cuDNN where it runs)
@@ -76,12 +82,12 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(self, latent: jax.Array, restore: jax.Array, *,
                train: bool = False) -> jax.Array:
-    """latent [n, cls + kept, D], restore [n, tokens] -> pixels [n, tokens, patch_dim]."""
+    """latent [n, prefix + kept, D], restore [n, tokens] -> pixels [n, tokens, patch_dim]."""
     dense = lambda n, name: nn.Dense(  # noqa: E731
         n, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(), name=name)
     x = dense(self.width, 'embed')(latent)
     n, tokens = restore.shape
-    lead = int(self.class_token)
+    lead = self.prefix_tokens
     visible = x[:, lead:]
     mask_token = self.param('mask_token', nn.initializers.normal(0.02),
                             (1, 1, self.width))
@@ -90,7 +96,7 @@ class Decoder(nn.Module):
     x_full = masking.take_tokens(jnp.concatenate([visible, filler], axis=1), restore)
     x = jnp.concatenate([x[:, :lead], x_full], axis=1)
     if self.posemb == 'sincos2d':
-      pe = jnp.asarray(posemb_table(self.grid, self.width, self.class_token))
+      pe = jnp.asarray(posemb_table(self.grid, self.width, lead))
     else:
       pe = self.param('pos_embedding', nn.initializers.normal(0.02),
                       (1, lead + tokens, self.width))
@@ -144,13 +150,22 @@ class MaskedAutoencoder:
     """Pixels per patch side (rows, cols)."""
     return tuple(self.model.patches['size'])
 
+  @property
+  def family(self) -> families.Family:
+    """The ViT's family record: its prefix tokens, embed and encode."""
+    return families.of_module(self.model)
+
+  @property
+  def prefix(self) -> int:
+    """Tokens before the patches (class, distillation, registers)."""
+    return self.family.prefix_tokens(self.model)
+
   def decoder(self, grid: tuple[int, int]) -> Decoder:
     """The decoder module for a patch grid."""
     ph, pw = self.patch
     return Decoder(width=self.decoder_width, depth=self.decoder_depth,
                    num_heads=self.decoder_heads, mlp_dim=self.decoder_mlp_dim,
-                   patch_dim=ph * pw * 3, grid=grid,
-                   class_token=vit_lib.has_class_token(self.model),
+                   patch_dim=ph * pw * 3, grid=grid, prefix_tokens=self.prefix,
                    posemb=self.posemb, dtype=self.model.dtype,
                    attention=self.model.attention)
 
@@ -160,40 +175,33 @@ class MaskedAutoencoder:
     model_rng, decoder_rng = jax.random.split(rng)
     params = self.model.init(model_rng, jnp.zeros(image_shape, jnp.float32))['params']
     if self.posemb == 'sincos2d':
-      table = posemb_table(grid, self.model.hidden_size,
-                           vit_lib.has_class_token(self.model))
-      params = _replace_posemb(params, jnp.asarray(table))
+      params = _replace_posemb(params, self._positions(params, grid),
+                               self.family.posemb_path)
     kept = masking.num_kept(grid[0] * grid[1], self.mask_ratio)
-    latent = jnp.zeros((1, int(vit_lib.has_class_token(self.model)) + kept,
-                        self.model.hidden_size))
+    latent = jnp.zeros((1, self.prefix + kept, self.model.hidden_size))
     restore = jnp.arange(grid[0] * grid[1])[None]
     decoder = self.decoder(grid).init(decoder_rng, latent, restore)['params']
     return {'model': params, 'decoder': decoder}
 
-  def _positions(self, params: Params, grid: tuple[int, int]) -> jax.Array:
-    if self.posemb == 'sincos2d':  # fixed: the table, not a trained parameter
-      return jnp.asarray(posemb_table(grid, self.model.hidden_size,
-                                      vit_lib.has_class_token(self.model)))
-    return params['Transformer']['posembed_input']['pos_embedding']
+  def _positions(self, params: Params, grid: tuple[int, int]) -> Any:
+    """The sin-cos table (fixed: not the trained parameter), or None for learned ones."""
+    if self.posemb != 'sincos2d':
+      return None
+    return jnp.asarray(posemb_table(grid, self.model.hidden_size,
+                                    self.family.posemb_prefix_tokens(self.model)))
 
   def encode(self, params: Params, images: jax.Array, rng: jax.Array, *,
              train: bool = False) -> Encoded:
     """Runs the ViT's Transformer on a random (1 - mask_ratio) of each image's patches."""
     vit = params['model']
     grid = patch_grid(self.model, images.shape)
-    x = vit_lib.patch_embedding(self.model).apply({'params': vit['embedding']}, images)
-    n, _, _, d = x.shape
-    x = x.reshape(n, grid[0] * grid[1], d)
-    lead = int(vit_lib.has_class_token(self.model))
-    pe = self._positions(vit, grid).astype(x.dtype)
+    prefix, x = self.family.embed(self.model, vit, images,
+                                  posemb=self._positions(vit, grid))
     mask_rng, dropout_rng = jax.random.split(rng)
-    mask = masking.random_mask(mask_rng, n, x.shape[1], self.mask_ratio)
-    x = masking.take_tokens(x + pe[:, lead:], mask.keep)
-    if lead:
-      cls = (vit['cls'] + pe[:, :1]).astype(x.dtype)
-      x = jnp.concatenate([jnp.broadcast_to(cls, (n, 1, d)), x], axis=1)
-    latent = vit_lib.encoder(self.model, add_position_embedding=False).apply(
-        {'params': vit['Transformer']}, x, train=train, rngs={'dropout': dropout_rng})
+    mask = masking.random_mask(mask_rng, x.shape[0], x.shape[1], self.mask_ratio)
+    x = jnp.concatenate([prefix, masking.take_tokens(x, mask.keep)], axis=1)
+    latent = self.family.encode(self.model, vit, x, train=train,
+                                rngs={'dropout': dropout_rng})
     return Encoded(latent, mask)
 
   def decode(self, params: Params, encoded: Encoded, grid: tuple[int, int], *,
@@ -213,12 +221,14 @@ class MaskedAutoencoder:
     """Matmul FLOPs of one forward pass: encoder on the kept tokens, decoder on all."""
     ph, pw = self.patch
     tokens = (resolution // ph) * (resolution // pw)
-    lead = int(vit_lib.has_class_token(self.model))
+    lead = self.prefix
     kept = masking.num_kept(tokens, self.mask_ratio)
     t = dict(self.model.transformer)
     d = self.model.hidden_size
     embed = 2.0 * tokens * ph * pw * 3 * d
-    enc = vit_lib.transformer_flops(lead + kept, d, t['mlp_dim'], t['num_layers'])
+    swiglu = self.model.activation == 'swiglu'
+    enc = vit_lib.transformer_flops(lead + kept, d, t['mlp_dim'], t['num_layers'],
+                                    mlp_matmuls=3 if swiglu else 2)
     dec = (2.0 * (lead + kept) * d * self.decoder_width
            + vit_lib.transformer_flops(lead + tokens, self.decoder_width,
                                        self.decoder_mlp_dim, self.decoder_depth)
@@ -267,7 +277,8 @@ def reconstruction(mae: MaskedAutoencoder, params: Params, images: jax.Array,
   return grey, jnp.clip(recon, -1, 1), jnp.clip(pasted, -1, 1)
 
 
-def _replace_posemb(params: Params, table: jax.Array) -> Params:
-  transformer = dict(params['Transformer'])
-  transformer['posembed_input'] = {'pos_embedding': table}
-  return {**params, 'Transformer': transformer}
+def _replace_posemb(params: Params, table: jax.Array, path: tuple[str, ...]) -> Params:
+  """`params` with the leaf at `path` (the family's posemb_path) replaced by `table`."""
+  if len(path) == 1:
+    return {**params, path[0]: table}
+  return {**params, path[0]: _replace_posemb(dict(params[path[0]]), table, path[1:])}

@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import families
 from vit_jax.models import mae
 from vit_jax.models import masking
 from vit_jax.models import vit as vit_lib
@@ -158,23 +159,21 @@ class MaskedPatchPredictor:
               train: bool = False) -> tuple[jax.Array, Corruption]:
     """(head outputs of every patch token [n, tokens, outputs], the corruption)."""
     vit, own = params['model'], params['masked_patch']
-    x = vit_lib.patch_embedding(self.model).apply({'params': vit['embedding']}, images)
-    n, gh, gw, d = x.shape
-    x = x.reshape(n, gh * gw, d)
+    family = families.of_module(self.model)
+    # Position embeddings come after the corruption, inside encode (as the ViT adds them).
+    prefix, x = family.embed(self.model, vit, images, add_posemb=False)
+    n, tokens, _ = x.shape
     corrupt_rng, dropout_rng = jax.random.split(rng)
-    c = corrupt(corrupt_rng, n, gh * gw, self.mask_ratio, self.replace_mask,
+    c = corrupt(corrupt_rng, n, tokens, self.mask_ratio, self.replace_mask,
                 self.replace_random)
     mask_embedding = jnp.broadcast_to(own['mask_embedding'].astype(x.dtype), x.shape)
     x = jnp.where((c.action == MASK)[..., None], mask_embedding,
                   jnp.where((c.action == RANDOM)[..., None],
                             masking.take_tokens(x, c.source), x))
-    lead = int(vit_lib.has_class_token(self.model))
-    if lead:
-      cls = jnp.broadcast_to(vit['cls'].astype(x.dtype), (n, 1, d))
-      x = jnp.concatenate([cls, x], axis=1)
-    out = vit_lib.encoder(self.model).apply(
-        {'params': vit['Transformer']}, x, train=train, rngs={'dropout': dropout_rng})
-    return self.head().apply({'params': own['head']}, out[:, lead:]), c
+    x = jnp.concatenate([prefix, x], axis=1)
+    out = family.encode(self.model, vit, x, train=train, rngs={'dropout': dropout_rng},
+                        add_posemb=True)
+    return self.head().apply({'params': own['head']}, out[:, prefix.shape[1]:]), c
 
   def targets(self, images: jax.Array) -> jax.Array:
     """The target of every patch: classes [n, tokens(, cells)] or pixels [n, tokens, P]."""

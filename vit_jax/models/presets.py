@@ -1,4 +1,13 @@
-"""Named model presets: the original vit_jax names mapped to their architecture configs."""
+"""Named model presets: the original vit_jax names mapped to their architecture configs.
+
+Each preset names its family (`family`: 'vit' or 'mixer'). Beyond the original
+names come today's ViTs, with the architecture of timm's models of the same kind
+(timm 1.0 `vision_transformer.py` / `deit.py`; the timm name in the comment):
+ViT options (vit_jax/models/vit.py) set as timm's constructor flags set them, and
+timm's default activation (exact GELU) where timm gives none.
+"""
+from typing import Any
+
 import ml_collections
 
 # ViT sizes: name -> (width, mlp_dim, num_heads, num_layers).
@@ -8,14 +17,18 @@ _VIT_SIZES = {
     'B': (768, 3072, 12, 12),
     'L': (1024, 4096, 16, 24),
     'H': (1280, 5120, 16, 32),
+    # DINOv2 ViT-g/14: SwiGLU of hidden width 4096 (timm mlp_ratio 2.66667 * 2, packed).
+    'g': (1536, 4096, 24, 40),
 }
 
 
 def _vit(name: str, size: str, patch: int, *, dropout: float = 0.0,
          classifier: str = 'token', resnet=None,
-         hidden=None) -> ml_collections.ConfigDict:
+         hidden=None, **options: Any) -> ml_collections.ConfigDict:
+  """A ViT preset; `options` are VisionTransformer variant fields (e.g. num_registers)."""
   width, mlp, heads, layers = _VIT_SIZES[size] if hidden is None else hidden
   c = ml_collections.ConfigDict()
+  c.family = 'vit'
   c.model_name = name
   c.patches = ml_collections.ConfigDict({'size': (patch, patch)})
   c.hidden_size = width
@@ -31,12 +44,47 @@ def _vit(name: str, size: str, patch: int, *, dropout: float = 0.0,
   if resnet is not None:
     c.resnet = ml_collections.ConfigDict(
         {'num_layers': tuple(resnet), 'width_factor': 1})
+  for key, value in options.items():
+    c[key] = value
   return c
+
+
+def _dinov2(size: str, registers: bool) -> ml_collections.ConfigDict:
+  """timm vit_{size}_patch14[_reg4]_dinov2: layer scale 1e-5 (reg4: no_embed_class)."""
+  extra = {'num_registers': 4, 'no_embed_class': True} if registers else {}
+  return _vit(f'ViT-{size}_14-dinov2' + ('-reg4' if registers else ''), size, 14,
+              layer_scale=1e-5, activation='swiglu' if size == 'g' else 'gelu',
+              **extra)
+
+
+def _modern() -> list:
+  """Today's ViTs: DINOv2, CLIP, SigLIP, DeiT-III, distilled DeiT, registers."""
+  cfgs = [_dinov2(size, reg) for reg in (False, True) for size in ('S', 'B', 'L', 'g')]
+  clip = dict(pre_norm=True, layer_norm_epsilon=1e-5)
+  return cfgs + [
+      _vit('ViT-B_16-clip', 'B', 16, activation='gelu', **clip),  # vit_base_patch16_clip_224
+      _vit('ViT-B_16-clip-quickgelu', 'B', 16, activation='quick_gelu',
+           **clip),  # vit_base_patch16_clip_quickgelu_224 (OpenAI)
+      # vit_base_patch16_siglip_224: MAP head, no class token.
+      _vit('ViT-B_16-siglip', 'B', 16, classifier='map', activation='gelu'),
+      # deit3_{small,base}_patch16_224.
+      _vit('DeiT3-S_16', 'S', 16, no_embed_class=True, layer_scale=1e-6,
+           activation='gelu'),
+      _vit('DeiT3-B_16', 'B', 16, no_embed_class=True, layer_scale=1e-6,
+           activation='gelu'),
+      # deit_{small,base}_distilled_patch16_224.
+      _vit('DeiT-S_16-distilled', 'S', 16, distilled=True, activation='gelu'),
+      _vit('DeiT-B_16-distilled', 'B', 16, distilled=True, activation='gelu'),
+      # vit_base_patch16_reg4_gap_256: average pooling then fc_norm, no class token.
+      _vit('ViT-B_16-reg4-gap', 'B', 16, classifier='gap', num_registers=4,
+           no_embed_class=True, fc_norm=True, activation='gelu'),
+  ]
 
 
 def _mixer(name: str, patch: int, hidden: int, blocks: int, tokens_mlp: int,
            channels_mlp: int) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
+  c.family = 'mixer'
   c.model_name = name
   c.patches = ml_collections.ConfigDict({'size': (patch, patch)})
   c.hidden_dim = hidden
@@ -75,7 +123,7 @@ def _build() -> dict:
       _mixer('Mixer-B_16', 16, 768, 12, 384, 3072),
       _mixer('Mixer-B_32', 32, 768, 12, 384, 3072),
       _mixer('Mixer-L_16', 16, 1024, 24, 512, 4096),
-  ]
+  ] + _modern()
   return {c.model_name: c.lock() for c in cfgs}
 
 

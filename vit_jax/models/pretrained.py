@@ -3,78 +3,23 @@
 `load_pretrained` is the original vit_jax function of that name: the checkpoint's
 parameters go into the tree of freshly initialised ones, the head (and a pre-logits layer
 of another width) comes from the fresh tree, and learned position embeddings are
-interpolated to the new patch grid. What a family calls its head, class token and
-position embedding comes from its record (vit_jax.models.families).
+fitted to the new model by its family (around all prefix tokens, to the new patch
+grid). What a family calls its head, prefix tokens and position embedding comes from its
+record (vit_jax.models.families).
 """
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 import numpy as np
-import scipy.ndimage
 
 from vit_jax.models import families
 from vit_jax.models import formats
 from vit_jax.models.formats import npz
+from vit_jax.models.posemb import interpolate_posemb
+
+__all__ = ['load_pretrained', 'interpolate_posemb']
 
 Params = dict[str, Any]
-Grid = tuple[int, int]
-
-
-def _as_grid(value: Union[int, Sequence[int]], what: str) -> Grid:
-  """Token count (must be square) or (h, w) -> (h, w)."""
-  if isinstance(value, (int, np.integer)):
-    side = int(round(np.sqrt(max(int(value), 0))))
-    if value <= 0 or side * side != int(value):
-      raise ValueError(f'Cannot interpolate position embeddings: {what} has '
-                       f'{int(value)} patch tokens, not a square grid; pass the '
-                       'grid as (height, width).')
-    return side, side
-  grid = tuple(int(v) for v in value)
-  if len(grid) != 2 or min(grid) <= 0:
-    raise ValueError(f'Cannot interpolate position embeddings: {what} grid '
-                     f'{tuple(value)} is not (height, width) with positive '
-                     'sides.')
-  return grid
-
-
-def interpolate_posemb(posemb: np.ndarray,
-                       new_shape_or_grid: Union[int, Sequence[int]],
-                       has_class_token: bool,
-                       old_grid: Optional[Sequence[int]] = None) -> np.ndarray:
-  """Resizes (1, N, D) position embeddings bilinearly on their 2D patch grid.
-
-  `new_shape_or_grid` is the new token count N' (class token included when
-  `has_class_token`; the rest must form a square grid), a (1, N', D) shape, or
-  the new patch grid (h, w). `old_grid` gives the old grid when it is not
-  square. The class token's embedding is kept as is. The resize is
-  scipy.ndimage.zoom(order=1) as in the original vit_jax (grid corners stay on
-  corners), so fine-tuned checkpoints reproduce its numbers.
-  """
-  posemb = np.asarray(posemb)
-  if posemb.ndim != 3 or posemb.shape[0] != 1:
-    raise ValueError(f'Position embeddings must have shape (1, tokens, width), '
-                     f'got {posemb.shape}.')
-  ntok = 1 if has_class_token else 0
-  tok, grid_emb = posemb[:, :ntok], posemb[0, ntok:]
-  if isinstance(new_shape_or_grid, (int, np.integer)):
-    new_grid = _as_grid(int(new_shape_or_grid) - ntok, 'the new model')
-  elif len(new_shape_or_grid) == 3:
-    new_grid = _as_grid(int(new_shape_or_grid[1]) - ntok, 'the new model')
-  else:
-    new_grid = _as_grid(new_shape_or_grid, 'the new model')
-  old = _as_grid(len(grid_emb) if old_grid is None else old_grid, 'the checkpoint')
-  if old[0] * old[1] != len(grid_emb):
-    raise ValueError(f'Cannot interpolate position embeddings: checkpoint grid '
-                     f'{old} holds {old[0] * old[1]} tokens but the embeddings '
-                     f'have {len(grid_emb)} (plus {ntok} class token).')
-  if old == new_grid:
-    return posemb
-  logging.info('interpolate_posemb: grid %s -> %s', old, new_grid)
-  grid_emb = grid_emb.reshape(old[0], old[1], -1)
-  zoom = (new_grid[0] / old[0], new_grid[1] / old[1], 1)
-  grid_emb = scipy.ndimage.zoom(grid_emb, zoom, order=1)
-  grid_emb = grid_emb.reshape(1, new_grid[0] * new_grid[1], -1)
-  return np.concatenate([tok, grid_emb], axis=1)
 
 
 # ----------------------------------------------------------------------------
@@ -116,11 +61,13 @@ def load_pretrained(*,
   restored = npz.flatten(tree)
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
   name = model_config.get('model_name') or 'the model'
-  token_key = family.class_token_key
-  new_token = token_key in init
-  old_token = token_key in restored
+  # Prefix tokens (class, distillation, registers) only one side has: the model's
+  # start fresh, the checkpoint's are dropped.
+  prefix_keys = set(family.prefix_keys) | (
+      {family.class_token_key} if family.class_token_key else set())
   posemb_key = '/'.join(family.posemb_path or ())
   head_prefixes = tuple(k + '/' for k in family.head_keys)
+  fresh_prefixes = tuple(k + '/' for k in family.fresh_keys)
 
   norm_prefixes = tuple(k + '/' for k in family.final_norm_keys)
   where = lambda keys: {p for p in norm_prefixes  # noqa: E731
@@ -129,14 +76,13 @@ def load_pretrained(*,
   norm_moved = bool(where(restored)) and bool(where(init)) and where(restored) != where(init)
 
   def is_head(key: str) -> bool:
-    return key.startswith(head_prefixes) or (norm_moved and key.startswith(norm_prefixes))
+    return (key.startswith(head_prefixes + fresh_prefixes) or
+            (norm_moved and key.startswith(norm_prefixes)))
 
   unexpected = [k for k in restored if k not in init]
   missing = [k for k in init if k not in restored]
-  # A checkpoint's class token is dropped when the new model pools without it.
-  hard_unexpected = [k for k in unexpected
-                     if not is_head(k) and not (k == token_key and not new_token)]
-  hard_missing = [k for k in missing if not is_head(k)]
+  hard_unexpected = [k for k in unexpected if not is_head(k) and k not in prefix_keys]
+  hard_missing = [k for k in missing if not is_head(k) and k not in prefix_keys]
   if unexpected:
     logging.info('load_pretrained: dropping %d checkpoint parameters the model '
                  'does not have: %s', len(unexpected), _summary(unexpected))
@@ -158,7 +104,7 @@ def load_pretrained(*,
 
   params, mismatched = {}, []
   for key, init_value in sorted(init.items()):
-    if key.startswith(head_prefixes[0]) or key not in restored:
+    if key.startswith(fresh_prefixes) or key not in restored:
       params[key] = init_value
       continue
     value = restored[key]
@@ -169,10 +115,12 @@ def load_pretrained(*,
                       init_value.shape)
       params[key] = init_value
       continue
-    if (key == posemb_key and value.shape != init_value.shape and
-        value.shape[-1] == init_value.shape[-1]):
-      value = _adapt_posemb(value, init_value, old_token, new_token, grid,
-                            pretrained_grid)
+    if (key == posemb_key and family.adapt_posemb is not None and
+        value.shape != init_value.shape and value.shape[-1] == init_value.shape[-1]):
+      logging.info('load_pretrained: resized position embeddings %s -> %s',
+                   value.shape, init_value.shape)
+      value = family.adapt_posemb(model_config, tree, value, init_value, grid,
+                                  pretrained_grid)
     if value.shape != init_value.shape:
       mismatched.append((key, value.shape, init_value.shape))
       continue
@@ -185,21 +133,3 @@ def load_pretrained(*,
                      f'but {name} expects {want}{more}; check model_name and '
                      'its overrides.')
   return npz.unflatten(params, pretrained_path)
-
-
-def _adapt_posemb(posemb: np.ndarray, init_posemb: np.ndarray, old_token: bool,
-                  new_token: bool, grid: Optional[Sequence[int]],
-                  pretrained_grid: Optional[Sequence[int]]) -> np.ndarray:
-  """Checkpoint posemb -> the new model's shape (class token, grid)."""
-  if old_token and not new_token:
-    posemb = posemb[:, 1:]
-  elif new_token and not old_token:
-    posemb = np.concatenate([init_posemb[:, :1], posemb], axis=1)
-  new = grid if grid is not None else init_posemb.shape[1] - int(new_token)
-  new_grid = _as_grid(new, 'the new model')
-  if new_grid[0] * new_grid[1] + int(new_token) != init_posemb.shape[1]:
-    raise ValueError(f'grid={tuple(new_grid)} does not match the model\'s '
-                     f'{init_posemb.shape[1]} position embeddings.')
-  logging.info('load_pretrained: resized position embeddings %s -> %s',
-               posemb.shape, init_posemb.shape)
-  return interpolate_posemb(posemb, new_grid, new_token, old_grid=pretrained_grid)

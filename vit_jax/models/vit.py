@@ -69,9 +69,11 @@ from typing import Any, Mapping, Optional, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import families
+from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
 
 CLASSIFIERS = ('token', 'gap', 'map', 'unpooled', 'token_unpooled')
@@ -284,7 +286,7 @@ class Encoder1DBlock(nn.Module):
     x = nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
     if self.layer_scale:
       x = LayerScale(self.layer_scale, name='LayerScale_0')(x)
-    x = inputs + drop_path(self, x, rate, self.deterministic)
+    x = self.residual(inputs, drop_path(self, x, rate, self.deterministic))
     y = norm('LayerNorm_1')(x)
     y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype,
                  dropout_rate=self.dropout_rate,
@@ -293,7 +295,11 @@ class Encoder1DBlock(nn.Module):
                  name='MlpBlock_0')(y)
     if self.layer_scale:
       y = LayerScale(self.layer_scale, name='LayerScale_1')(y)
-    return x + drop_path(self, y, rate, self.deterministic)
+    return self.residual(x, drop_path(self, y, rate, self.deterministic))
+
+  def residual(self, x: jax.Array, branch: jax.Array) -> jax.Array:
+    """Adds a branch to the residual stream (the hook a block subclass may change)."""
+    return x + branch
 
 
 class Encoder(nn.Module):
@@ -330,6 +336,9 @@ class Encoder(nn.Module):
   qk_norm: bool = False
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
+  # The block class and the extra fields it takes (a model's `block` / `block_fields`).
+  block: Any = Encoder1DBlock
+  block_fields: Any = ()
 
   def _block_kwargs(self, train: bool, valid: Optional[int]) -> dict:
     return dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
@@ -340,7 +349,7 @@ class Encoder(nn.Module):
                 valid_tokens=valid, activation=self.activation,
                 mlp_norm=self.mlp_norm, layer_scale=self.layer_scale,
                 qk_norm=self.qk_norm, qkv_bias=self.qkv_bias,
-                layer_norm_epsilon=self.layer_norm_epsilon)
+                layer_norm_epsilon=self.layer_norm_epsilon, **dict(self.block_fields))
 
   def _pads_once(self, width: int, train: bool) -> bool:
     """Whether every block's attention will run on cuDNN (then pad here)."""
@@ -373,9 +382,9 @@ class Encoder(nn.Module):
     if self.scan_layers and not self.is_initializing():
       x = self._scan_blocks(x, rates, policy, train, valid)
     else:
-      block_cls = Encoder1DBlock
+      block_cls = self.block
       if policy != 'none':
-        block_cls = nn.remat(Encoder1DBlock, policy=_POLICY_FNS[policy])
+        block_cls = nn.remat(self.block, policy=_POLICY_FNS[policy])
       for i, rate in enumerate(rates):
         x = block_cls(stochastic_depth=rate, name=f'encoderblock_{i}',
                       **self._block_kwargs(train, valid))(x)
@@ -391,7 +400,7 @@ class Encoder(nn.Module):
     stacked = jax.tree.map(
         lambda *leaves: jnp.stack(leaves),
         *[params[f'encoderblock_{i}'] for i in range(self.num_layers)])
-    block = Encoder1DBlock(parent=None, **self._block_kwargs(train, valid))
+    block = self.block(parent=None, **self._block_kwargs(train, valid))
     random = train and (self.dropout_rate > 0 or self.stochastic_depth > 0 or
                         self.attention_dropout_rate > 0)
     keys = (jax.random.split(self.make_rng('dropout'), self.num_layers)
@@ -448,6 +457,14 @@ class VisionTransformer(nn.Module):
   mlp_norm: bool = False
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
+
+  # The encoder block class, and the model fields it takes beyond the Encoder's: where
+  # a new per-block option goes (a field here, one on the block, one entry below).
+  block = Encoder1DBlock
+
+  def block_fields(self) -> tuple:
+    """(name, value) pairs of model fields the block takes beyond the Encoder's."""
+    return ()
 
   def __post_init__(self):
     super().__post_init__()
@@ -582,6 +599,7 @@ def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
                 layer_scale=model.layer_scale, qk_norm=model.qk_norm,
                 qkv_bias=model.qkv_bias,
                 layer_norm_epsilon=model.layer_norm_epsilon,
+                block=type(model).block, block_fields=tuple(model.block_fields()),
                 **dict(model.transformer))
   kwargs.update(overrides)
   return Encoder(**kwargs)
@@ -766,6 +784,98 @@ def _fields_from_params(params: Mapping[str, Any]) -> dict:
   return fields
 
 
+# Prefix tokens' parameters, in token order: (key, token count of a model or fields).
+PREFIX_KEYS = ('cls', 'dist_token', 'registers')
+
+
+def _prefix_layout(model: Any) -> list[tuple[str, int]]:
+  """[(parameter key, tokens)] of a model's (or its fields') prefix tokens, in order."""
+  counts = (int(has_class_token(model)), int(bool(_get(model, 'distilled'))),
+            int(_get(model, 'num_registers') or 0))
+  return [(k, c) for k, c in zip(PREFIX_KEYS, counts) if c]
+
+
+def _prefix_layout_of_params(params: Mapping[str, Any]) -> list[tuple[str, int]]:
+  """The same layout as a parameter tree holds it."""
+  return [(k, int(params[k].shape[1])) for k in PREFIX_KEYS if k in params]
+
+
+def embed(model: VisionTransformer, params: Mapping[str, Any], images: jax.Array, *,
+          add_posemb: bool = True, posemb: Optional[jax.Array] = None
+          ) -> tuple[jax.Array, jax.Array]:
+  """(prefix tokens [n, P, D], patch tokens [n, h * w, D]) of a pixel ViT's images.
+
+  With `add_posemb` each gets its position embedding (the tree's, or `posemb`
+  of the same shape, e.g. MAE's fixed sin-cos table); prefix tokens get none
+  with no_embed_class.
+  """
+  if model.resnet is not None:
+    raise ValueError(f'{model.model_name or "This hybrid"} embeds ResNet features; '
+                     'embedding pixels needs a ViT whose patches are pixels.')
+  x = patch_embedding(model).apply({'params': params['embedding']}, images)
+  n, h, w, d = x.shape
+  x = x.reshape(n, h * w, d)
+  prefix = [jnp.broadcast_to(params[k].astype(x.dtype), (n, c, d))
+            for k, c in _prefix_layout(model)]
+  prefix = jnp.concatenate(prefix, axis=1) if prefix else jnp.zeros((n, 0, d), x.dtype)
+  if not add_posemb:
+    return prefix, x
+  pe = families.get_path(params, POSEMB_PATH) if posemb is None else posemb
+  pe = jnp.asarray(pe).astype(x.dtype)
+  lead = posemb_prefix_tokens(model)
+  if pe.shape[1] != lead + h * w:
+    raise ValueError(f'Position embedding has {pe.shape[1]} tokens but the images give '
+                     f'{lead} prefix + {h}x{w} patch tokens; interpolate it with '
+                     'vit_jax.checkpoint.load_pretrained for a new resolution.')
+  if lead:  # with no_embed_class the prefix tokens have no position
+    prefix = prefix + pe[:, :lead]
+  return prefix, x + pe[:, lead:]
+
+
+def encode(model: VisionTransformer, params: Mapping[str, Any], tokens: jax.Array, *,
+           train: bool = False, rngs: Optional[Mapping[str, jax.Array]] = None,
+           add_posemb: bool = False) -> jax.Array:
+  """The blocks (after pre_norm) and the final norm on [prefix + patch] tokens.
+
+  `add_posemb` adds the tree's position embedding (and its dropout) first, as
+  the model does; else the tokens come from `embed` with theirs.
+  """
+  return encoder(model, add_position_embedding=add_posemb).apply(
+      {'params': params['Transformer']}, tokens, train=train, rngs=dict(rngs or {}))
+
+
+def adapt_posemb(fields: Any, checkpoint: Mapping[str, Any], posemb: np.ndarray,
+                 init_posemb: np.ndarray, grid: Optional[Sequence[int]] = None,
+                 pretrained_grid: Optional[Sequence[int]] = None) -> np.ndarray:
+  """A checkpoint's position embedding fitted to the model of `fields` (its init's shape).
+
+  Rows of the prefix tokens both have are kept, those only the model has come
+  from `init_posemb`, and the patch grid is resized (e.g. DINOv2's 37x37 at 518
+  px to 16x16 at 224 px); `checkpoint` (its tree) tells which prefix tokens its
+  embedding covers.
+  """
+  old = ([] if no_embed_class_of_params(checkpoint, pretrained_grid)
+         else _prefix_layout_of_params(checkpoint))
+  new = [] if _get(fields, 'no_embed_class') else _prefix_layout(fields)
+  old_rows, at = {}, 0
+  for key, count in old:
+    old_rows[key] = posemb[:, at:at + count]
+    at += count
+  rows, new_at = [], 0
+  for key, count in new:
+    same = key in old_rows and old_rows[key].shape[1] == count
+    rows.append(old_rows[key] if same else init_posemb[:, new_at:new_at + count])
+    new_at += count
+  new_grid = tuple(grid) if grid is not None else families.square_grid(
+      init_posemb.shape[1] - new_at, 'The new model\'s position embedding')
+  if new_grid[0] * new_grid[1] + new_at != init_posemb.shape[1]:
+    raise ValueError(f'grid={tuple(new_grid)} does not match the model\'s '
+                     f'{init_posemb.shape[1]} position embeddings.')
+  patches = posemb_lib.interpolate_posemb(posemb[:, at:], new_grid, 0,
+                                          old_grid=pretrained_grid)
+  return np.concatenate(rows + [patches], axis=1).astype(init_posemb.dtype)
+
+
 def _rgb_filters(model: nn.Module, params: Mapping[str, Any]) -> Any:
   # A hybrid embeds ResNet features, not RGB pixels.
   return None if model.resnet is not None else params['embedding']['kernel']
@@ -773,7 +883,7 @@ def _rgb_filters(model: nn.Module, params: Mapping[str, Any]) -> Any:
 
 def _layer_of(path: tuple[str, ...]) -> Optional[int]:
   """0: patch/ResNet embedding, class token, position embedding; i + 1: encoderblock_i."""
-  if path[0] in ('head', 'pre_logits', 'fc_norm'):
+  if path[0] in ('head', 'head_dist', 'pre_logits', 'fc_norm', 'MAPHead_0'):
     return None
   if path[0] != 'Transformer':
     return 0
@@ -806,6 +916,13 @@ FAMILY = families.Family(
     posemb_path=POSEMB_PATH,
     class_token=has_class_token,
     class_token_key='cls',
+    prefix_tokens=num_prefix_tokens,
+    posemb_prefix_tokens=posemb_prefix_tokens,
+    prefix_keys=PREFIX_KEYS,
+    embed=embed,
+    encode=encode,
+    adapt_posemb=adapt_posemb,
+    fresh_keys=('head', 'head_dist'),
     rgb_filters=_rgb_filters,
     attention_fields={'attention': 'xla', 'remat': False, 'scan_layers': False},
     layer_of=_layer_of,
