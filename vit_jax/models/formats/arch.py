@@ -181,16 +181,20 @@ def check_fit(path: str, preset: str, arch: Mapping[str, Any],
 
 def _variant_fields(params: Params, arch: Mapping[str, Any]) -> dict:
   """The ViT options the tree fixes (the family's reading), without their defaults."""
-  fields = families.FAMILIES['vit'].fields_from_params(params)
-  defaults = {'fc_norm': False, 'distilled': False, 'num_registers': 0, 'qk_norm': False,
-              'pre_norm': False, 'mlp_norm': False, 'no_embed_class': False,
-              'layer_scale': None, 'qkv_bias': True, 'representation_size': None}
-  out = {k: v for k, v in fields.items() if k not in defaults or defaults[k] != v}
-  if arch['classifier'] != 'token':
-    out['classifier'] = arch['classifier']
+  # Every field, defaults included: a preset with other values (a -reg4 one) must not leak them.
+  out = dict(families.FAMILIES['vit'].fields_from_params(params))
+  out['classifier'] = arch['classifier']
   if arch['class_token'] != (arch['classifier'] == 'token'):
     out['class_token'] = arch['class_token']
   return out
+
+
+def _closest(fits: list[str], fields: Mapping[str, Any]) -> str:
+  """The preset among `fits` whose own variant fields agree most with `fields`."""
+  def agree(name: str) -> int:
+    cfg = models.get_model_config(name).to_dict()
+    return sum(1 for k, v in fields.items() if k in cfg and cfg[k] == v)
+  return max(fits, key=agree)  # ties: the first, as before
 
 
 def as_checkpoint(params: Params, arch: dict, model: Optional[str], fmt: str,
@@ -214,7 +218,7 @@ def as_checkpoint(params: Params, arch: dict, model: Optional[str], fmt: str,
     return Checkpoint(params, preset, free, fmt, path)
   fits = fitting_presets(arch)
   if fits:
-    return Checkpoint(params, fits[0], free, fmt, path)
+    return Checkpoint(params, _closest(fits, free), free, fmt, path)
   # No preset: the closest family's preset with every architecture field set.
   overrides = {k: v for k, v in arch.items() if k not in ('transformer', 'class_token')}
   if 'transformer' in arch:
