@@ -143,8 +143,8 @@ class FixtureParityTest(_TmpDirTest):
     for name in ('hf_classifier', 'hf_backbone'):
       with self.subTest(name):
         ckpt = formats.read(os.path.join(FIXTURES, name))
-        self.assertEqual(formats.write(ckpt.params, self.path(name),
-                                       to_format='hf'), 'hf')
+        self.assertEqual(formats.write(ckpt.params, self.path(name), to_format='hf',
+                                       options=ckpt.overrides), 'hf')
         self._assert_same_tensors(os.path.join(FIXTURES, name, 'model.safetensors'),
                                   self.path(f'{name}/model.safetensors'))
         with open(os.path.join(FIXTURES, name, 'config.json')) as f:
@@ -153,9 +153,9 @@ class FixtureParityTest(_TmpDirTest):
           ours = json.load(f)
         for key in ('model_type', 'hidden_size', 'num_hidden_layers',
                     'num_attention_heads', 'intermediate_size', 'patch_size',
-                    'image_size', 'hidden_act', 'architectures', 'qkv_bias'):
+                    'image_size', 'hidden_act', 'architectures', 'qkv_bias',
+                    'layer_norm_eps'):
           self.assertEqual(ours[key], theirs[key], key)
-        self.assertEqual(ours['layer_norm_eps'], 1e-6)  # vit_jax's epsilon
 
   def _assert_same_tensors(self, a: str, b: str) -> None:
     ta, tb = safetensors.numpy.load_file(a), safetensors.numpy.load_file(b)
@@ -307,23 +307,28 @@ class ErrorTest(_TmpDirTest):
     self.assertEqual(os.listdir(self.dir), ['odd.npz'])
 
   def test_transformers_config_of_another_model_type(self):
-    for model_type in ('deit', 'swin', 'vit-hybrid'):
+    for model_type in ('swin', 'vit-hybrid'):
       with self.subTest(model_type):
         src = self._hf_dir(model_type=model_type)
         self.assertOneLineError(
             lambda: formats.convert(src, self.path('x.npz')),
-            rf"transformers '{model_type}' model, not 'vit'")
+            rf"transformers '{model_type}' model; vit_jax converts the model types")
 
-  def test_exact_gelu_needs_consent(self):
-    src = self._hf_dir(hidden_act='gelu')
-    self.assertOneLineError(lambda: formats.convert(src, self.path('x.npz')),
-                            r"hidden_act='gelu' \(exact GELU\).*--accept_exact_gelu")
-    formats.convert(src, self.path('x.npz'), exact_gelu='accept')
-    self.assertTrue(os.path.exists(self.path('x.npz')))
+  def test_exact_gelu_reads_as_exact_gelu(self):
+    for act, ours in (('gelu', 'gelu'), ('gelu_pytorch_tanh', 'gelu_tanh'),
+                      ('quick_gelu', 'quick_gelu')):
+      with self.subTest(act):
+        src = self._hf_dir(hidden_act=act, layer_norm_eps=1e-3)
+        # exact_gelu='accept' (the old --accept_exact_gelu) is still taken, and changes nothing.
+        for consent in ('error', 'accept'):
+          ckpt = formats.read(src, exact_gelu=consent)
+          self.assertEqual(ckpt.overrides['activation'], ours)
+          self.assertEqual(ckpt.overrides['layer_norm_epsilon'], 1e-3)
+          self.assertEqual(ckpt.get_model().activation, ours)
 
   def test_other_unsupported_configs(self):
     for change, regex in (({'hidden_act': 'relu'}, 'hidden_act=.relu'),
-                          ({'layer_norm_eps': 1e-3}, 'layer_norm_eps=0.001'),
+                          ({'num_channels': 1}, 'num_channels=1'),
                           ({'num_hidden_layers': 3}, 'lacks .*encoder.layer.2'),
                           ({'patch_size': [4, 8]}, 'not square')):
       with self.subTest(str(change)):
@@ -401,7 +406,7 @@ class ErrorTest(_TmpDirTest):
         capture_output=True, text=True, cwd=REPO, check=False)
     self.assertEqual(proc.returncode, 2)
     self.assertRegex(proc.stderr.strip().splitlines()[-1],
-                     r"^vit_jax.convert: error: .*'swin' model, not 'vit'")
+                     r"^vit_jax.convert: error: .*'swin' model; vit_jax converts")
     self.assertFalse(os.path.exists(out))
 
 
@@ -535,16 +540,16 @@ class TransformersLibraryTest(_LibraryTest):
                                        ref['images']), ref['hf_classifier']),
                            TOLERANCE)
 
-  def test_exact_gelu_when_accepted_differs_slightly(self):
+  def test_exact_gelu_and_default_epsilon_match(self):
     images = np.random.default_rng(2).uniform(-1, 1, (2, 24, 24, 3)).astype(
         np.float32)
     theirs = self._model('ViTForImageClassification', 5, num_labels=4,
-                         hidden_act='gelu')
+                         hidden_act='gelu', layer_norm_eps=1e-12)
     theirs.save_pretrained(self.path('src'))
-    ckpt = formats.read(self.path('src'), exact_gelu='accept')
+    ckpt = formats.read(self.path('src'))
     err = _rel(_apply(ckpt.get_model(), ckpt.params, images),
                self._run(theirs, images))
-    self.assertLess(err, 1e-2)
+    self.assertLessEqual(err, TOLERANCE)
 
 
 @absltest.skipIf(bool(_missing('torch', 'timm')), _missing('torch', 'timm'))
@@ -572,9 +577,8 @@ class TimmLibraryTest(_LibraryTest):
     from timm.layers import StdConv2dSame  # pylint: disable=g-import-not-at-top
     from timm.models.resnetv2 import ResNetV2  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
-    gelu = functools.partial(torch.nn.GELU, approximate='tanh')
-    common = dict(img_size=32, embed_dim=24, depth=2, num_heads=3,
-                  num_classes=6, act_layer=gelu)
+    # timm's default activation (exact GELU), which reading a timm file assumes.
+    common = dict(img_size=32, embed_dim=24, depth=2, num_heads=3, num_classes=6)
     backbone = ResNetV2(layers=(1, 1), num_classes=0, global_pool='',
                         preact=False, stem_type='same', width_factor=0.5,
                         conv_layer=functools.partial(StdConv2dSame, eps=1e-8))

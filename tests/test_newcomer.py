@@ -28,7 +28,7 @@ COMMAND_FLAGS = {
     'vit_jax.fewshot': ('checkpoint', 'model', 'datasets', 'shots', 'seeds',
                         'resolution', 'batch', 'data_dir'),
     'vit_jax.convert': ('from', 'to', 'to_format', 'model', 'num_heads', 'drop_head',
-                        'accept_exact_gelu'),
+                        'activation', 'layer_norm_epsilon', 'accept_exact_gelu'),
     'vit_jax.export': ('checkpoint', 'model', 'format', 'output', 'resolution'),
     'vit_jax.evaluate': ('checkpoint', 'model', 'num_heads', 'dataset', 'split',
                          'data_dir', 'resolution', 'batch', 'loss'),

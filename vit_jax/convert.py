@@ -6,10 +6,13 @@ r"""Converts checkpoints between the published .npz layout, timm and Hugging Fac
 
 Formats are read off the paths: `.npz` (ours), `.safetensors` / `.pth` / `.bin`
 (timm state dict; transformers weights when their keys are transformers'), a
-directory with `config.json` (transformers ViTModel / ViTForImageClassification);
---to_format=npz|timm|hf where the output path does not say. timm state dicts do
-not record the number of heads: name the model (--model=ViT-B_16 or
---model=vit_base_patch16_224) or pass --num_heads.
+directory with `config.json` (transformers ViT, ViTMAE, DeiT, DINOv2 (with
+registers), CLIP and SigLIP vision models); --to_format=npz|timm|hf where the
+output path does not say. timm state dicts do not record the number of heads,
+the activation or the LayerNorm epsilon: name the model (--model=ViT-B_16,
+--model=vit_small_patch14_dinov2, --model=vit_base_patch16_siglip_224) or pass
+--num_heads (and --activation / --layer_norm_epsilon where they are not timm's
+defaults, exact GELU and 1e-6).
 """
 from vit_jax.cli import convert
 

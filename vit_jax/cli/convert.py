@@ -27,9 +27,13 @@ def _define_flags() -> None:
                        'whose size has no preset.')
   flags.DEFINE_bool('drop_head', False, 'Leave the classification head out (and, '
                     'for timm, the pre-logits layer it does not have).')
-  flags.DEFINE_bool('accept_exact_gelu', False, "Convert transformers checkpoints "
-                    "with hidden_act='gelu' (exact) although vit_jax runs tanh "
-                    'GELU.')
+  flags.DEFINE_enum('activation', None, ['gelu', 'gelu_tanh', 'quick_gelu'],
+                    'MLP activation of a timm state dict (default timm\'s: exact gelu, '
+                    'or what --model implies).')
+  flags.DEFINE_float('layer_norm_epsilon', None, 'LayerNorm epsilon of a timm state '
+                     'dict (default 1e-6; CLIP 1e-5, or what --model implies).')
+  flags.DEFINE_bool('accept_exact_gelu', False, 'Deprecated, does nothing: exact GELU '
+                    '(hidden_act=gelu) is now read as exact GELU.')
 
 
 def main(argv: Sequence[str]) -> None:
@@ -38,11 +42,12 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
+  options = {k: FLAGS[k].value for k in ('activation', 'layer_norm_epsilon')
+             if FLAGS[k].value is not None}
   ckpt, fmt = formats.convert(
       load.resolve_checkpoint(FLAGS['from'].value), os.path.expanduser(FLAGS.to),
       model=FLAGS.model, num_heads=FLAGS.num_heads,
-      to_format=FLAGS.to_format, drop_head=FLAGS.drop_head,
-      exact_gelu='accept' if FLAGS.accept_exact_gelu else 'error')
+      to_format=FLAGS.to_format, drop_head=FLAGS.drop_head, options=options)
   custom = ' with overrides' if set(ckpt.overrides) - {
       'num_classes', 'representation_size'} else ''
   print(f'{ckpt.path} ({ckpt.format}, {ckpt.model_name}{custom}, '

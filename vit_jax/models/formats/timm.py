@@ -6,7 +6,13 @@ torch weights (out, in), conv kernels (h, w, in, out) are (out, in, h, w), the
 query/key/value projections are one fused `attn.qkv`, and the hybrid's BiT
 ResNet lives under `patch_embed.backbone` (`stem`, `stages.{i}.blocks.{j}`).
 timm's ViT has no pre-logits layer (only timm < 0.6 had `pre_logits.fc`,
-which is read) and a state dict does not record the number of heads.
+which is read). The variants map one to one: `reg_token` -> registers,
+`dist_token`/`head_dist` (DeiT) -> dist_token/head_dist, `ls{1,2}.gamma` ->
+LayerScale_{0,1}, `attn.{q,k}_norm` -> query_norm/key_norm, `norm_pre` ->
+Transformer/pre_norm, `attn_pool` (AttentionPoolLatent) -> MAPHead_0, packed
+SwiGLU `mlp.fc1` = [gate; value]. A state dict does not record the number of
+heads, the activation, the LayerNorm epsilon or the pooling: they come from the
+timm model name (`name_options`) or the caller.
 """
 import re
 from typing import Any, Mapping, Optional
@@ -38,16 +44,82 @@ TIMM_PRESETS = {
 
 # timm features the vit_jax ViT has no counterpart for: key pattern -> what.
 _UNSUPPORTED = (
-    (r'(^|\.)reg_token$', 'register tokens'),
-    (r'\.ls[12]\.', 'layer scale (init_values)'),
-    (r'\.(q_norm|k_norm)\.', 'query/key normalisation (qk_norm)'),
-    (r'(^|\.)norm_pre\.', 'a LayerNorm before the blocks (pre_norm, CLIP style)'),
-    (r'(^|\.)attn_pool\.', "attention pooling (global_pool='map')"),
-    (r'(dist_token|head_dist)', 'a distillation token (DeiT)'),
     (r'patch_embed\.norm\.', 'a norm inside the patch embedding'),
-    (r'\.attn\.norm\.|\.mlp\.norm\.', 'a norm inside attention/MLP (scale_norm)'),
+    (r'\.attn\.norm\.', 'a norm inside attention (scale_attn_norm)'),
     (r'(^|\.)mask_token$', 'a mask token'),
+    (r'(^|\.)attn_pool\.(q_norm|k_norm)\.', 'a MAP head with qk_norm'),
 )
+
+# timm size names: (width, heads). A state dict records the width, not the heads.
+_SIZES = {
+    'tiny': (192, 3), 'small': (384, 6), 'medium': (512, 8), 'base': (768, 12),
+    'large': (1024, 16), 'huge': (1280, 16), 'giant': (1408, 16),
+    'gigantic': (1664, 16), 'so150m': (880, 16), 'so400m': (1152, 16),
+}
+# Names whose size breaks the table above.
+_SIZE_EXCEPTIONS = {'vit_giant_patch14_dinov2': (1536, 24),
+                    'vit_giant_patch14_reg4_dinov2': (1536, 24)}
+OPTION_KEYS = ('activation', 'layer_norm_epsilon', 'classifier', 'class_token',
+               'no_embed_class')
+
+
+def base_name(timm_name: str) -> str:
+  """A timm model name without its pretrained tag ('.augreg_in21k')."""
+  return timm_name.split('.', 1)[0]
+
+
+def name_options(timm_name: str) -> Optional[dict]:
+  """What a timm model name implies that its state dict does not record, or None if no ViT name.
+
+  Keys: num_heads, width (to check the file), activation and layer_norm_epsilon
+  (timm's defaults: exact GELU, 1e-6; CLIP 1e-5, quick_gelu; SigLIP tanh-GELU),
+  and no_embed_class where the name fixes it.
+  """
+  base = base_name(timm_name)
+  m = re.match(r'(vit|deit3?|deit)_([a-z0-9]+?)_(?:distilled_)?(?:r\d+_s\d+_)?patch(\d+)', base)
+  if not m:
+    m = re.match(r'(deit)_([a-z]+)_distilled_patch(\d+)', base)
+  if not m:
+    return None
+  size = m.group(2)
+  arch = re.sub(r'_\d+$', '', base)
+  width, heads = _SIZE_EXCEPTIONS.get(arch, _SIZES.get(size, (None, None)))
+  if heads is None:
+    return None
+  out = {'num_heads': heads, 'width': width, 'activation': 'gelu',
+         'layer_norm_epsilon': 1e-6}
+  if 'quickgelu' in base:
+    out['activation'] = 'quick_gelu'
+  elif 'siglip' in base:
+    out['activation'] = 'gelu_tanh'
+  if '_clip_' in base or base.endswith('_clip'):
+    out['layer_norm_epsilon'] = 1e-5
+  if re.search(r'_reg\d+_', base) or m.group(1) == 'deit3':
+    out['no_embed_class'] = True  # DINOv2-reg, DeiT-III: prefix tokens get no posemb
+  elif 'dinov2' in base or m.group(1) == 'deit':
+    out['no_embed_class'] = False
+  if '_gap' in base:
+    out['classifier'] = 'gap'
+  return out
+
+
+def unsupported_family(keys) -> Optional[str]:
+  """The features vit_jax lacks that mark a state dict as no timm VisionTransformer, if any.
+
+  BEiT and timm's Eva class (EVA02, the `vit_*_rope_*` models) save other names
+  than VisionTransformer; their position encodings (relative bias tables, 2D
+  RoPE, which has no tensor at all) are what the vit_jax ViT does not have.
+  """
+  keys = list(keys)
+  has = lambda pattern: any(re.search(pattern, k) for k in keys)  # noqa: E731
+  if has(r'relative_position_bias_table|(^|\.)rel_pos_bias\.'):
+    return 'relative position bias (BEiT)'
+  if has(r'\.attn\.(q_bias|v_bias|q_proj\.weight)$'):
+    features = ['2D rotary position embedding (RoPE)']
+    if has(r'\.mlp\.fc1_g\.weight$'):
+      features.append('SwiGLU with a norm inside the MLP')
+    return ' and '.join(features) + " (timm's Eva class: EVA02, vit_*_rope_*)"
+  return None
 
 
 def preset_for(timm_name: str) -> Optional[str]:
@@ -59,7 +131,7 @@ def preset_for(timm_name: str) -> Optional[str]:
 
 def _why_unsupported(key: str) -> str:
   for pattern, what in _UNSUPPORTED:
-    if what and re.search(pattern, key):
+    if re.search(pattern, key):
       return what
   return 'a parameter of no ViT layer vit_jax knows'
 
@@ -117,9 +189,117 @@ def _read_resnet(r: state_lib.StateReader, p: str, out: Params) -> None:
       out.setdefault(f'block{i + 1}', {})[f'unit{j + 1}'] = unit
 
 
+def _ln(r: state_lib.StateReader, key: str, width: int) -> Params:
+  return {'scale': r.pop(key + '.weight', (width,)), 'bias': r.pop(key + '.bias', (width,))}
+
+
+def heads_of(state: Mapping[str, np.ndarray]) -> Optional[int]:
+  """The head count a state dict implies (its qk_norm widths are head_dim), if any."""
+  norm, proj = state.get('blocks.0.attn.q_norm.weight'), state.get('patch_embed.proj.weight')
+  if norm is None or proj is None or norm.ndim != 1 or proj.shape[0] % norm.shape[0]:
+    return None
+  return proj.shape[0] // norm.shape[0]
+
+
+def _heads_in(w: np.ndarray, b: Optional[np.ndarray], width: int, heads: int) -> Params:
+  """A torch Linear (heads * hd, width) -> our per-head projection (width, heads, hd)."""
+  out = {'kernel': np.ascontiguousarray(w.T.reshape(width, heads, -1))}
+  if b is not None:
+    out['bias'] = b.reshape(heads, -1)
+  return out
+
+
+def _heads_out(w: np.ndarray, b: np.ndarray, width: int, heads: int) -> Params:
+  return {'kernel': np.ascontiguousarray(w.T.reshape(heads, -1, width)), 'bias': b}
+
+
+def _dense(r: state_lib.StateReader, key: str, shape: Optional[tuple] = None) -> Params:
+  w = r.pop(key + '.weight', shape)
+  return {'kernel': _dense_t(w), 'bias': r.pop(key + '.bias', (w.shape[0],))}
+
+
+def _mlp(r: state_lib.StateReader, b: str, width: int) -> Params:
+  """fc1/fc2 (Mlp), packed SwiGLU (GluMlp: fc1 = [gate; value]) or SwiGLU (fc1_g, fc1_x)."""
+  if r.has(b + 'fc1_g.weight'):
+    out = {'gate': _dense(r, b + 'fc1_g'), 'value': _dense(r, b + 'fc1_x')}
+  else:
+    fc1 = r.pop(b + 'fc1.weight')
+    if fc1.ndim != 2 or fc1.shape[1] != width:
+      raise ValueError(f'Checkpoint {r.source} key {b + "fc1.weight"!r} has shape '
+                       f'{fc1.shape}, expected (mlp_dim, {width}).')
+    bias = r.pop(b + 'fc1.bias', (fc1.shape[0],))
+    fc2 = r.state.get(b + 'fc2.weight')
+    if fc2 is not None and fc2.ndim == 2 and fc2.shape[1] * 2 == fc1.shape[0]:
+      h = fc2.shape[1]  # timm GluMlp (SwiGLUPacked): silu(first half) * second half
+      out = {'gate': {'kernel': _dense_t(fc1[:h]), 'bias': bias[:h]},
+             'value': {'kernel': _dense_t(fc1[h:]), 'bias': bias[h:]}}
+    else:
+      out = {'Dense_0': {'kernel': _dense_t(fc1), 'bias': bias}}
+  hidden = out.get('gate', out.get('Dense_0'))['kernel'].shape[1]
+  if r.has(b + 'norm.weight'):
+    out['norm'] = _ln(r, b + 'norm', hidden)
+  out['out' if 'gate' in out else 'Dense_1'] = _dense(r, b + 'fc2', (width, hidden))
+  return out
+
+
+def _block(r: state_lib.StateReader, b: str, width: int, heads: int) -> Params:
+  qkv = r.pop(b + 'attn.qkv.weight', (3 * width, width))
+  qkv_b = r.pop(b + 'attn.qkv.bias', (3 * width,)) if r.has(b + 'attn.qkv.bias') else None
+  attn = {}
+  for j, name in enumerate(('query', 'key', 'value')):
+    rows = slice(j * width, (j + 1) * width)
+    attn[name] = _heads_in(qkv[rows], None if qkv_b is None else qkv_b[rows], width, heads)
+  hd = width // heads
+  if r.has(b + 'attn.q_norm.weight') and heads_of(r.state) not in (None, heads):
+    raise ValueError(f'Checkpoint {r.source}: its qk_norm is {heads_of(r.state)} heads '
+                     f'wide, not {heads}; pass the --model (or --num_heads) it was '
+                     'trained with.')
+  if r.has(b + 'attn.q_norm.weight'):
+    attn['query_norm'] = _ln(r, b + 'attn.q_norm', hd)
+    attn['key_norm'] = _ln(r, b + 'attn.k_norm', hd)
+  attn['out'] = _heads_out(r.pop(b + 'attn.proj.weight', (width, width)),
+                           r.pop_optional(b + 'attn.proj.bias', (width,)), width, heads)
+  out = {'LayerNorm_0': _ln(r, b + 'norm1', width),
+         'MultiHeadDotProductAttention_0': attn,
+         'LayerNorm_1': _ln(r, b + 'norm2', width),
+         'MlpBlock_0': _mlp(r, b + 'mlp.', width)}
+  for n in (1, 2):
+    if r.has(f'{b}ls{n}.gamma'):
+      out[f'LayerScale_{n - 1}'] = {'scale': r.pop(f'{b}ls{n}.gamma', (width,))}
+  return out
+
+
+def _map_head(r: state_lib.StateReader, width: int, heads: int) -> Params:
+  """timm's AttentionPoolLatent (global_pool='map') -> big_vision's MAPHead_0."""
+  p = 'attn_pool.'
+  latent = r.pop(p + 'latent')
+  if latent.shape != (1, 1, width):
+    raise ValueError(f'Checkpoint {r.source} key {p + "latent"!r} has shape '
+                     f'{latent.shape}: vit_jax MAP heads have one latent (1, 1, {width}).')
+  kv = r.pop(p + 'kv.weight', (2 * width, width))
+  kv_b = r.pop(p + 'kv.bias', (2 * width,))
+  attn = {'query': _heads_in(r.pop(p + 'q.weight', (width, width)),
+                             r.pop(p + 'q.bias', (width,)), width, heads),
+          'key': _heads_in(kv[:width], kv_b[:width], width, heads),
+          'value': _heads_in(kv[width:], kv_b[width:], width, heads),
+          'out': _heads_out(r.pop(p + 'proj.weight', (width, width)),
+                            r.pop(p + 'proj.bias', (width,)), width, heads)}
+  return {'probe': latent, 'MultiHeadDotProductAttention_0': attn,
+          'LayerNorm_0': _ln(r, p + 'norm', width),
+          'MlpBlock_0': _mlp(r, p + 'mlp.', width)}
+
+
 def to_params(state: Mapping[str, np.ndarray], num_heads: int,
-              source: str) -> Params:
-  """A timm ViT (or R+ViT hybrid) state dict -> the vit_jax params tree."""
+              source: str, no_embed_class: Optional[bool] = None) -> Params:
+  """A timm ViT (or R+ViT hybrid, or DeiT) state dict -> the vit_jax params tree.
+
+  `no_embed_class` says whether the position embedding skips the prefix tokens
+  (the state dict does not say; None: whichever leaves a square grid).
+  """
+  foreign = unsupported_family(state)
+  if foreign:
+    raise ValueError(f'Checkpoint {source} has {foreign}, which the vit_jax ViT does '
+                     'not support yet; convert a timm VisionTransformer (vit_*) instead.')
   r = _reader(state, source)
   out: Params = {}
   if r.has('patch_embed.backbone.stem.conv.weight') or r.has(
@@ -134,87 +314,115 @@ def to_params(state: Mapping[str, np.ndarray], num_heads: int,
     raise ValueError(f'Checkpoint {source}: width {width} is not divisible by '
                      f'{num_heads} heads; pass the --model (or --num_heads) it '
                      'was trained with.')
-  hd = width // num_heads
-  out['embedding'] = {'kernel': _conv(w),
-                      'bias': r.pop_optional('patch_embed.proj.bias', (width,))}
+  pre_norm = r.has('norm_pre.weight')
+  out['embedding'] = {'kernel': _conv(w)}
+  if r.has('patch_embed.proj.bias') or not pre_norm:  # CLIP's has none
+    out['embedding']['bias'] = r.pop_optional('patch_embed.proj.bias', (width,))
+  prefix = 0
+  for key, name in (('cls_token', 'cls'), ('dist_token', 'dist_token'),
+                    ('reg_token', 'registers')):
+    if r.has(key):
+      out[name] = r.pop(key)
+      if out[name].ndim != 3 or out[name].shape[::2] != (1, width):
+        raise ValueError(f'Checkpoint {source} key {key!r} has shape '
+                         f'{out[name].shape}, expected (1, tokens, {width}).')
+      prefix += out[name].shape[1]
   posemb = r.pop('pos_embed')
   if posemb.ndim != 3 or posemb.shape[0] != 1 or posemb.shape[2] != width:
     raise ValueError(f'Checkpoint {source} key \'pos_embed\' has shape '
                      f'{posemb.shape}, expected (1, tokens, {width}).')
-  if r.has('cls_token'):
-    out['cls'] = r.pop('cls_token', (1, 1, width))
-    tokens = posemb.shape[1]
-    if round(np.sqrt(tokens)) ** 2 == tokens:
-      # no_embed_class: the class token gets no position embedding; a zero
-      # row for it is the same map.
-      posemb = np.concatenate([np.zeros((1, 1, width), posemb.dtype), posemb], 1)
+  tokens = posemb.shape[1]
+  if no_embed_class is None:
+    no_embed_class = bool(prefix) and _square(tokens) and not _square(tokens - prefix)
+  if not no_embed_class and tokens <= prefix:
+    raise ValueError(f'Checkpoint {source}: pos_embed has {tokens} rows for {prefix} '
+                     'prefix tokens and the patches.')
   encoder: Params = {'posembed_input': {'pos_embedding': posemb}}
+  if pre_norm:
+    encoder['pre_norm'] = _ln(r, 'norm_pre', width)
   layers = _block_count(r.state, r'blocks\.(\d+)\.')
   if not layers:
     raise ValueError(f'Checkpoint {source} has no blocks.N entries; it is not a '
                      'timm ViT state dict.')
   for i in range(layers):
-    b = f'blocks.{i}.'
-    qkv = r.pop(b + 'attn.qkv.weight', (3 * width, width))
-    qkv_b = r.pop_optional(b + 'attn.qkv.bias', (3 * width,))
-    attn = {}
-    for j, name in enumerate(('query', 'key', 'value')):
-      attn[name] = {
-          'kernel': np.ascontiguousarray(
-              qkv[j * width:(j + 1) * width].T.reshape(width, num_heads, hd)),
-          'bias': qkv_b[j * width:(j + 1) * width].reshape(num_heads, hd)}
-    proj = r.pop(b + 'attn.proj.weight', (width, width))
-    attn['out'] = {'kernel': np.ascontiguousarray(
-        proj.T.reshape(num_heads, hd, width)),
-                   'bias': r.pop_optional(b + 'attn.proj.bias', (width,))}
-    fc1 = r.pop(b + 'mlp.fc1.weight')
-    if fc1.ndim != 2 or fc1.shape[1] != width:
-      raise ValueError(f'Checkpoint {source} key {b + "mlp.fc1.weight"!r} has '
-                       f'shape {fc1.shape}, expected (mlp_dim, {width}).')
-    mlp = fc1.shape[0]
-    encoder[f'encoderblock_{i}'] = {
-        'LayerNorm_0': {'scale': r.pop(b + 'norm1.weight', (width,)),
-                        'bias': r.pop(b + 'norm1.bias', (width,))},
-        'MultiHeadDotProductAttention_0': attn,
-        'LayerNorm_1': {'scale': r.pop(b + 'norm2.weight', (width,)),
-                        'bias': r.pop(b + 'norm2.bias', (width,))},
-        'MlpBlock_0': {
-            'Dense_0': {'kernel': _dense_t(fc1),
-                        'bias': r.pop(b + 'mlp.fc1.bias', (mlp,))},
-            'Dense_1': {'kernel': _dense_t(r.pop(b + 'mlp.fc2.weight', (width, mlp))),
-                        'bias': r.pop(b + 'mlp.fc2.bias', (width,))},
-        },
-    }
-  if r.has('norm.weight') == r.has('fc_norm.weight'):
-    raise ValueError(f'Checkpoint {source} has {"both" if r.has("norm.weight") else "neither"} '
-                     'a final norm (norm.weight) and a norm after pooling (fc_norm.weight); '
-                     'vit_jax ViTs have exactly one of them.')
+    encoder[f'encoderblock_{i}'] = _block(r, f'blocks.{i}.', width, num_heads)
+  if r.has('norm.weight') and r.has('fc_norm.weight'):
+    raise ValueError(f'Checkpoint {source} has both a final norm (norm.weight) and a '
+                     'norm after pooling (fc_norm.weight); vit_jax ViTs have one of them.')
   if r.has('norm.weight'):
-    encoder['encoder_norm'] = {'scale': r.pop('norm.weight', (width,)),
-                               'bias': r.pop('norm.bias', (width,))}
-  else:  # timm fc_norm=True (MAE / BEiT fine-tuning): the norm follows the pooling
-    out['fc_norm'] = {'scale': r.pop('fc_norm.weight', (width,)),
-                      'bias': r.pop('fc_norm.bias', (width,))}
+    encoder['encoder_norm'] = _ln(r, 'norm', width)
+  elif r.has('fc_norm.weight'):  # timm fc_norm=True (MAE / BEiT fine-tuning)
+    out['fc_norm'] = _ln(r, 'fc_norm', width)
+  else:
+    raise ValueError(f'Checkpoint {source} has neither a final norm (norm.weight) nor '
+                     'a norm after pooling (fc_norm.weight); vit_jax ViTs have one of them.')
   out['Transformer'] = encoder
+  if r.has('attn_pool.latent'):
+    out['MAPHead_0'] = _map_head(r, width, num_heads)
   features = width
   if r.has('pre_logits.fc.weight'):
-    w = r.pop('pre_logits.fc.weight')
-    out['pre_logits'] = {'kernel': _dense_t(w),
-                         'bias': r.pop('pre_logits.fc.bias', (w.shape[0],))}
-    features = w.shape[0]
-  if r.has('head.weight'):
-    w = r.pop('head.weight')
-    if w.ndim != 2 or w.shape[1] != features:
-      raise ValueError(f'Checkpoint {source} key \'head.weight\' has shape '
-                       f'{w.shape}, expected (classes, {features}).')
-    out['head'] = {'kernel': _dense_t(w),
-                   'bias': r.pop('head.bias', (w.shape[0],))}
+    out['pre_logits'] = _dense(r, 'pre_logits.fc')
+    features = out['pre_logits']['kernel'].shape[1]
+  for key, name in (('head', 'head'), ('head_dist', 'head_dist')):
+    if r.has(key + '.weight'):
+      w = r.state[key + '.weight']
+      if w.ndim != 2 or w.shape[1] != features:
+        raise ValueError(f'Checkpoint {source} key {key + ".weight"!r} has shape '
+                         f'{w.shape}, expected (classes, {features}).')
+      out[name] = _dense(r, key)
   r.finish()
   return out
 
 
+def _square(n: int) -> bool:
+  return n > 0 and round(np.sqrt(n)) ** 2 == n
+
+
+def _ln_t(tree: Mapping[str, Any], prefix: str, out: dict) -> None:
+  out[prefix + '.weight'] = np.asarray(tree['scale'], np.float32)
+  out[prefix + '.bias'] = np.asarray(tree['bias'], np.float32)
+
+
+def _dense_to(tree: Mapping[str, Any], prefix: str, out: dict) -> None:
+  out[prefix + '.weight'] = _dense_t(np.asarray(tree['kernel'], np.float32))
+  out[prefix + '.bias'] = np.asarray(tree['bias'], np.float32)
+
+
+def _heads_in_t(tree: Mapping[str, Any]) -> np.ndarray:
+  k = np.asarray(tree['kernel'], np.float32)
+  return np.ascontiguousarray(k.reshape(k.shape[0], -1).T)
+
+
+def _mlp_to(mlp: Mapping[str, Any], b: str, out: dict) -> None:
+  if 'gate' in mlp:  # written as timm's packed SwiGLU (GluMlp)
+    out[b + 'fc1.weight'] = np.concatenate([_heads_in_t(mlp['gate']),
+                                            _heads_in_t(mlp['value'])])
+    out[b + 'fc1.bias'] = np.concatenate([np.asarray(mlp['gate']['bias'], np.float32),
+                                          np.asarray(mlp['value']['bias'], np.float32)])
+  else:
+    _dense_to(mlp['Dense_0'], b + 'fc1', out)
+  if 'norm' in mlp:
+    _ln_t(mlp['norm'], b + 'norm', out)
+  _dense_to(mlp['out' if 'gate' in mlp else 'Dense_1'], b + 'fc2', out)
+
+
+def _attn_to(attn: Mapping[str, Any], b: str, out: dict) -> None:
+  out[b + 'qkv.weight'] = np.ascontiguousarray(np.concatenate(
+      [_heads_in_t(attn[n]) for n in ('query', 'key', 'value')]))
+  if 'bias' in attn['query']:
+    out[b + 'qkv.bias'] = np.concatenate(
+        [np.asarray(attn[n]['bias'], np.float32).reshape(-1)
+         for n in ('query', 'key', 'value')])
+  if 'query_norm' in attn:
+    _ln_t(attn['query_norm'], b + 'q_norm', out)
+    _ln_t(attn['key_norm'], b + 'k_norm', out)
+  o = np.asarray(attn['out']['kernel'], np.float32)
+  out[b + 'proj.weight'] = np.ascontiguousarray(o.reshape(-1, o.shape[-1]).T)
+  out[b + 'proj.bias'] = np.asarray(attn['out']['bias'], np.float32)
+
+
 def from_params(params: Mapping[str, Any], source: str) -> dict[str, np.ndarray]:
-  """The vit_jax params tree of a ViT or hybrid -> a timm VisionTransformer state dict."""
+  """The vit_jax params tree of a ViT (any variant) or hybrid -> a timm state dict."""
   if 'stem' in params:
     raise ValueError(f'Checkpoint {source} is an MLP-Mixer; the timm format '
                      'here covers ViT and R+ViT hybrids only.')
@@ -224,6 +432,10 @@ def from_params(params: Mapping[str, Any], source: str) -> dict[str, np.ndarray]
                      'does not have; pass --drop_head to write the backbone '
                      'without pre_logits and head (what timm does with the '
                      'published ImageNet-21k files).')
+  if 'dist_token' in params and 'registers' in params:
+    raise ValueError(f'Checkpoint {source} has a distillation token and register '
+                     "tokens, which no timm model has together (timm's DeiT has no "
+                     'registers).')
   g = lambda tree, *path: np.asarray(_get(tree, path, source), np.float32)  # noqa: E731
   out: dict[str, np.ndarray] = {}
   if 'conv_root' in params:
@@ -250,42 +462,52 @@ def from_params(params: Mapping[str, Any], source: str) -> dict[str, np.ndarray]
         j += 1
       i += 1
   out['patch_embed.proj.weight'] = _conv_t(g(params, 'embedding', 'kernel'))
-  out['patch_embed.proj.bias'] = g(params, 'embedding', 'bias')
-  if 'cls' in params:
-    out['cls_token'] = g(params, 'cls')
+  if 'bias' in params['embedding']:
+    out['patch_embed.proj.bias'] = g(params, 'embedding', 'bias')
+  for name, key in (('cls', 'cls_token'), ('dist_token', 'dist_token'),
+                    ('registers', 'reg_token')):
+    if name in params:
+      out[key] = g(params, name)
   enc = _get(params, ('Transformer',), source)
   out['pos_embed'] = g(enc, 'posembed_input', 'pos_embedding')
+  if 'pre_norm' in enc:
+    _ln_t(enc['pre_norm'], 'norm_pre', out)
   i = 0
   while f'encoderblock_{i}' in enc:
     blk = enc[f'encoderblock_{i}']
     b = f'blocks.{i}.'
-    attn = _get(blk, ('MultiHeadDotProductAttention_0',), source)
-    q = g(attn, 'query', 'kernel')
-    width = q.shape[0]
-    out[b + 'norm1.weight'] = g(blk, 'LayerNorm_0', 'scale')
-    out[b + 'norm1.bias'] = g(blk, 'LayerNorm_0', 'bias')
-    out[b + 'attn.qkv.weight'] = np.ascontiguousarray(np.concatenate(
-        [g(attn, n, 'kernel').reshape(width, -1).T
-         for n in ('query', 'key', 'value')]))
-    out[b + 'attn.qkv.bias'] = np.concatenate(
-        [g(attn, n, 'bias').reshape(-1) for n in ('query', 'key', 'value')])
-    out[b + 'attn.proj.weight'] = np.ascontiguousarray(
-        g(attn, 'out', 'kernel').reshape(-1, width).T)
-    out[b + 'attn.proj.bias'] = g(attn, 'out', 'bias')
-    out[b + 'norm2.weight'] = g(blk, 'LayerNorm_1', 'scale')
-    out[b + 'norm2.bias'] = g(blk, 'LayerNorm_1', 'bias')
+    _ln_t(_get(blk, ('LayerNorm_0',), source), b + 'norm1', out)
+    _attn_to(_get(blk, ('MultiHeadDotProductAttention_0',), source), b + 'attn.', out)
+    _ln_t(_get(blk, ('LayerNorm_1',), source), b + 'norm2', out)
+    _mlp_to(_get(blk, ('MlpBlock_0',), source), b + 'mlp.', out)
     for n in (0, 1):
-      out[f'{b}mlp.fc{n + 1}.weight'] = _dense_t(g(blk, 'MlpBlock_0', f'Dense_{n}', 'kernel'))
-      out[f'{b}mlp.fc{n + 1}.bias'] = g(blk, 'MlpBlock_0', f'Dense_{n}', 'bias')
+      if f'LayerScale_{n}' in blk:
+        out[f'{b}ls{n + 1}.gamma'] = g(blk, f'LayerScale_{n}', 'scale')
     i += 1
   # The final norm on the tokens (norm), or after pooling (fc_norm=True).
-  name, tree, key = (('fc_norm', params, 'fc_norm') if 'fc_norm' in params else
-                     ('norm', enc, 'encoder_norm'))
-  out[f'{name}.weight'] = g(tree, key, 'scale')
-  out[f'{name}.bias'] = g(tree, key, 'bias')
-  if 'head' in params:
-    out['head.weight'] = _dense_t(g(params, 'head', 'kernel'))
-    out['head.bias'] = g(params, 'head', 'bias')
+  if 'fc_norm' in params:
+    _ln_t(params['fc_norm'], 'fc_norm', out)
+  else:
+    _ln_t(_get(enc, ('encoder_norm',), source), 'norm', out)
+  if 'MAPHead_0' in params:
+    head = params['MAPHead_0']
+    p = 'attn_pool.'
+    out[p + 'latent'] = g(head, 'probe')
+    attn = head['MultiHeadDotProductAttention_0']
+    out[p + 'q.weight'] = _heads_in_t(attn['query'])
+    out[p + 'q.bias'] = g(attn, 'query', 'bias').reshape(-1)
+    out[p + 'kv.weight'] = np.concatenate([_heads_in_t(attn['key']),
+                                           _heads_in_t(attn['value'])])
+    out[p + 'kv.bias'] = np.concatenate([g(attn, 'key', 'bias').reshape(-1),
+                                         g(attn, 'value', 'bias').reshape(-1)])
+    o = g(attn, 'out', 'kernel')
+    out[p + 'proj.weight'] = np.ascontiguousarray(o.reshape(-1, o.shape[-1]).T)
+    out[p + 'proj.bias'] = g(attn, 'out', 'bias')
+    _ln_t(head['LayerNorm_0'], p + 'norm', out)
+    _mlp_to(head['MlpBlock_0'], p + 'mlp.', out)
+  for name in ('head', 'head_dist'):
+    if name in params:
+      _dense_to(params[name], name, out)
   return out
 
 
