@@ -1,6 +1,7 @@
 """What a newcomer meets first: --help, one-line errors, labelled files, curves, labels."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,9 @@ from tests import tiny_trained
 from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.cli import common
+from vit_jax.evaluators import knn
+from vit_jax.evaluators import layer_analysis
+from vit_jax.evaluators import linear_probe
 from vit_jax.inference import curves
 from vit_jax.train import loop
 from vit_jax.train import writers
@@ -26,7 +30,10 @@ COMMAND_FLAGS = {
                         'top', 'data_dir'),
     'vit_jax.visualize': ('checkpoint', 'model', 'out', 'resolution'),
     'vit_jax.fewshot': ('checkpoint', 'model', 'datasets', 'shots', 'seeds',
-                        'resolution', 'batch', 'data_dir'),
+                        'resolution', 'batch', 'data_dir', 'probes', 'knn_k',
+                        'knn_temperature', 'weight_decays'),
+    'vit_jax.analyze': ('checkpoint', 'model', 'label', 'dataset', 'out', 'images',
+                        'pooling', 'probes', 'batch'),
     'vit_jax.convert': ('from', 'to', 'to_format', 'model', 'num_heads', 'drop_head',
                         'activation', 'layer_norm_epsilon', 'accept_exact_gelu'),
     'vit_jax.export': ('checkpoint', 'model', 'format', 'output', 'resolution'),
@@ -39,6 +46,14 @@ COMMAND_FLAGS = {
     'vit_jax.perf.memory': ('devices', 'config', 'hidden_size'),
     'vit_jax.perf.data_benchmark': ('dataset', 'batch', 'recipe'),
     'vit_jax.perf.checkpoint_verify': ('dir',),
+}
+# Defaults cli/common spells out so --help loads no TensorFlow: they must be the evaluators'.
+HELP_DEFAULTS = {
+    'vit_jax.fewshot': {'knn_k': str(knn.DEFAULT_K),
+                        'knn_temperature': str(knn.DEFAULT_TEMPERATURE),
+                        'weight_decays': ','.join(
+                            str(w) for w in linear_probe.DEFAULT_WEIGHT_DECAYS)},
+    'vit_jax.analyze': {'probes': ','.join(layer_analysis.PROBES)},
 }
 # What each usage text must name besides the flags: positional arguments, the config syntax.
 USAGE_NAMES = {
@@ -85,6 +100,13 @@ class HelpTest(absltest.TestCase):
         self.assertIn('flags:', out, f'{name}: {err[-1000:]}')
         for flag in COMMAND_FLAGS[name]:
           self.assertRegex(out, rf'--(\[no\])?{flag}\b', f'{name} --help lacks --{flag}')
+        for flag, default in HELP_DEFAULTS.get(name, {}).items():
+          shown = re.search(rf'--{flag}:.*?\(default: \'([^\']*)\'\)', out, re.S)
+          self.assertIsNotNone(shown, f'{name} --help shows no default of --{flag}')
+          self.assertEqual([float(v) if flag != 'probes' else v
+                            for v in shown.group(1).split(',')],
+                           [float(v) if flag != 'probes' else v
+                            for v in default.split(',')], f'{name} --{flag}')
         for text in USAGE_NAMES.get(name, ()):
           self.assertIn(text, out, f'{name} --help does not name {text}')
         self.assertNotIn('see vit_jax.cli', out)

@@ -1,20 +1,4 @@
-r"""What self-supervised ViTs learn (Park et al., ICLR 2023) for one or two checkpoints.
-
-  python -m vit_jax.analyze --checkpoint=/tmp/ssl_dino --checkpoint=/tmp/ssl_mae \
-      --dataset=mnist5k --out=/tmp/analysis
-
-Writes into --out labelled PNG figures, one curve per checkpoint, and their numbers:
-  attention_distance.png  mean attention distance (pixels) per layer and head
-  nmi.png                 normalised mutual information between queries and keys
-  fourier.png             Δ log amplitude of each layer's feature maps vs frequency,
-                          and at the highest frequency against depth
-  layer_accuracy.png      k-NN and linear-probe top-1 of every layer's features
-  analysis.json           every number above, per checkpoint
-Analyses read patch tokens only (class/register tokens dropped); layer features are
-the class token (or the patch tokens' mean: --pooling=patches). --dataset accepts
-'name|train_split|test_split' (e.g. 'mnist5k|train[:1000]|test') to probe fewer
-examples; default: the dataset of the first checkpoint's work directory.
-"""
+"""`python -m vit_jax.analyze`; its usage (--help) is vit_jax/analyze.py's docstring."""
 import json
 import os
 from typing import Sequence
@@ -26,6 +10,7 @@ import numpy as np
 
 from vit_jax import errors
 from vit_jax import fileio
+from vit_jax.cli import common
 from vit_jax.cli import fewshot as fewshot_cli
 from vit_jax.data import sources
 from vit_jax.evaluators import features
@@ -37,31 +22,6 @@ from vit_jax.parallel import sharding
 
 FLAGS = flags.FLAGS
 RESULTS_FILE = 'analysis.json'
-
-
-def _define_flags() -> None:
-  flags.DEFINE_multi_string('checkpoint', None, 'A checkpoint (as for vit_jax.predict: '
-                            '.npz, timm, transformers, a vit_jax work directory); give '
-                            'it twice to compare two.', required=True)
-  flags.DEFINE_multi_string('model', None, 'Model preset per checkpoint (one for all, '
-                            'or one each); default: from the work directory.')
-  flags.DEFINE_multi_string('label', None, 'Legend name per checkpoint; default: the '
-                            'work directory or file name.')
-  flags.DEFINE_integer('num_heads', None, 'Attention heads of a timm state dict whose '
-                       'size has no preset.')
-  flags.DEFINE_string('dataset', None, "Dataset, or 'name|train_split|test_split'; "
-                      "default: the first checkpoint's run's.")
-  flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
-  flags.DEFINE_string('out', None, 'Directory for the figures and analysis.json.',
-                      required=True)
-  flags.DEFINE_integer('images', 64, 'Test images for the attention and Fourier '
-                       'analyses.')
-  flags.DEFINE_enum('pooling', 'auto', list(features.POOLINGS), 'Layer features: '
-                    'auto (class token if the model has one), token, or patches '
-                    '(mean of the patch tokens).')
-  flags.DEFINE_list('probes', list(layer_analysis.PROBES), 'Per-layer probes: knn, '
-                    'linear (empty: none).')
-  flags.DEFINE_integer('batch', 64, 'Batch size.')
 
 
 def _labels(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
@@ -176,5 +136,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   """Console entry point of `python -m vit_jax.analyze`."""
-  errors.run_command('vit_jax.analyze', _define_flags, main,
+  errors.run_command('vit_jax.analyze', common.define_analyze_flags, main,
                      (ValueError, OSError, RuntimeError))

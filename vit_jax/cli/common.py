@@ -55,6 +55,32 @@ def define_fewshot_flags() -> None:
                        'the baseline a pre-training run should beat.')
 
 
+def define_analyze_flags() -> None:
+  """The flags of `python -m vit_jax.analyze`."""
+  flags.DEFINE_multi_string('checkpoint', None, 'A checkpoint (as for vit_jax.predict: '
+                            '.npz, timm, transformers, a vit_jax work directory); give '
+                            'it twice to compare two.', required=True)
+  flags.DEFINE_multi_string('model', None, 'Model preset per checkpoint (one for all, '
+                            'or one each); default: from the work directory.')
+  flags.DEFINE_multi_string('label', None, 'Legend name per checkpoint; default: the '
+                            'work directory or file name.')
+  flags.DEFINE_integer('num_heads', None, 'Attention heads of a timm state dict whose '
+                       'size has no preset.')
+  flags.DEFINE_string('dataset', None, "Dataset, or 'name|train_split|test_split'; "
+                      "default: the first checkpoint's run's.")
+  flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
+  flags.DEFINE_string('out', None, 'Directory for the figures and analysis.json.',
+                      required=True)
+  flags.DEFINE_integer('images', 64, 'Test images for the attention and Fourier '
+                       'analyses.')
+  flags.DEFINE_enum('pooling', 'auto', ['auto', 'token', 'patches'], 'Layer features: '
+                    'auto (class token if the model has one), token, or patches '
+                    '(mean of the patch tokens).')
+  flags.DEFINE_list('probes', ['knn', 'linear'], 'Per-layer probes: knn, '
+                    'linear (empty: none).')
+  flags.DEFINE_integer('batch', 64, 'Batch size.')
+
+
 def define_export_flags() -> None:
   """The flags of `python -m vit_jax.export`."""
   define_checkpoint_flags()
