@@ -175,7 +175,10 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
     overrides = {**saved, **overrides}
   family = models.family_of(model_name)
   head = families.get_path(params, (family.head_keys[0], 'kernel'))
-  kwargs = {**overrides, **family.fields_from_params(params),
+  # What the run's config (or the checkpoint's format) states wins over what the shapes
+  # imply: on tiny grids they can be ambiguous (a 3x3 embedding after 5 register and class
+  # tokens also reads as 2x2 + 5). _check_fits below refuses a statement the tree contradicts.
+  kwargs = {**family.fields_from_params(params), **overrides,
             'num_classes': 0 if head is None else int(head.shape[-1])}
   model = models.get_model(model_name, **kwargs)
   tokens = family.patch_tokens(model, params)
