@@ -92,6 +92,20 @@ class LossTest(absltest.TestCase):
     got, mean = dino.dino_loss(jnp.asarray(s), jnp.asarray(t), jnp.asarray(c), 0.1, 0.07)
     self.assertAlmostEqual(float(got), reference_loss(s, t, c, 0.1, 0.07), places=4)
     np.testing.assert_allclose(mean, t.reshape(-1, 7).mean(0), rtol=1e-5)
+    # The collapse metrics: outputs equal for every image (after centring) are uniform,
+    # ln K per image; one-hot outputs on distinct prototypes have entropy 0 per image and
+    # ln(images) for the batch mean; one prototype for every image gives 0 and 0.
+    same = dino.collapse_metrics(jnp.ones((2, 4, 8)), jnp.ones(8), 0.04)
+    np.testing.assert_allclose([same['teacher_entropy'], same['teacher_batch_entropy']],
+                               [math.log(8), math.log(8)], rtol=1e-5)
+    distinct = dino.collapse_metrics(10.0 * jnp.eye(8)[None, :4], jnp.zeros(8), 0.04)
+    np.testing.assert_allclose([distinct['teacher_entropy'],
+                                distinct['teacher_batch_entropy']], [0.0, math.log(4)],
+                               atol=1e-4)
+    one = dino.collapse_metrics(jnp.tile(10.0 * jnp.eye(8)[:1], (2, 4, 1)), jnp.zeros(8),
+                                0.04)
+    np.testing.assert_allclose([one['teacher_entropy'], one['teacher_batch_entropy']],
+                               [0.0, 0.0], atol=1e-4)
 
   def test_schedules_clipping_and_flops(self):
     m = dino.momentum_schedule(0.996, 100)

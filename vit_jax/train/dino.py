@@ -77,6 +77,20 @@ def dino_loss(student: jax.Array, teacher: jax.Array, center: jax.Array,
   return loss, jnp.mean(teacher.reshape(-1, teacher.shape[-1]), axis=0)
 
 
+def collapse_metrics(teacher: jax.Array, center: jax.Array,
+                     teacher_temp: Any) -> dict[str, jax.Array]:
+  """The teacher's entropies, which tell DINO's two collapses apart (in nats, of ln K).
+
+  teacher_entropy: mean over images of H(q); ln K when the outputs are uniform.
+  teacher_batch_entropy: H of the batch-mean q; near 0 when one prototype dominates.
+  Learning keeps the first well below ln K and the second well above it.
+  """
+  q = jax.nn.softmax((teacher - center) / teacher_temp, axis=-1)
+  entropy = lambda p: -jnp.sum(p * jnp.log(jnp.maximum(p, 1e-30)), axis=-1)  # noqa: E731
+  mean_q = jnp.mean(q.reshape(-1, q.shape[-1]), axis=0)
+  return {'teacher_entropy': jnp.mean(entropy(q)), 'teacher_batch_entropy': entropy(mean_q)}
+
+
 def views_first(x: jax.Array) -> jax.Array:
   """[n, V, ...] -> [V * n, ...], view after view (one batch per view)."""
   return jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
@@ -182,7 +196,8 @@ class DinoObjective:
     tau = teacher_temperature(self.warmup_teacher_temp, self.teacher_temp,
                               self.warmup_teacher_temp_steps)(step)
     loss, batch_center = dino_loss(student, teacher, state[CENTER], self.student_temp, tau)
-    return loss, ({'teacher_temp': tau}, {CENTER: batch_center})
+    metrics = {'teacher_temp': tau, **collapse_metrics(teacher, state[CENTER], tau)}
+    return loss, (metrics, {CENTER: batch_center})
 
   def update_state(self, state: dict, params: Params, stats: dict, step: jax.Array) -> dict:
     """After optimizer step `step` (1-based): the teacher and centre EMAs."""
