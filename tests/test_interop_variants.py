@@ -18,6 +18,7 @@ import numpy as np
 import safetensors.numpy
 
 from tests import test_checkpoint
+from tests import test_interop
 from vit_jax.models import formats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,14 +26,7 @@ FIXTURES = os.path.join(REPO, 'tests', 'testdata', 'interop')
 TOLERANCE = 1e-4
 
 
-def _flat(tree, prefix=''):
-  out = {}
-  for k, v in tree.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f'{prefix}{k}/'))
-    else:
-      out[prefix + k] = np.asarray(v)
-  return out
+_flat = test_interop._flat  # pylint: disable=protected-access
 
 
 class VariantParityTest(test_checkpoint.CheckpointTestCase):

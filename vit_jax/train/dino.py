@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import dino as dino_lib
+from vit_jax.train import around_model
 
 Params = Any
 TEACHER, CENTER = 'teacher', 'center'
@@ -97,8 +98,9 @@ def views_first(x: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class DinoObjective:
+class DinoObjective(around_model.AroundModel):
   """The DINO objective; its state {'teacher': params, 'center': [K]} lives in `extra`."""
+  OWN = dino_lib.HEAD  # the student's head (the teacher's is in `result_auxiliary`)
   net: dino_lib.Dino
   total_steps: int
   student_temp: float = 0.1
@@ -119,23 +121,6 @@ class DinoObjective:
       if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f'config.objectives.dino.{key}={value!r} must be an integer '
                          '>= 0 (steps).')
-
-  @property
-  def model(self):
-    return self.net.model
-
-  def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
-    return self.net.init(rng, image_shape)
-
-  def model_params(self, params: Params) -> Params:
-    return params['model']
-
-  def with_model_params(self, params: Params, model_params: Params) -> Params:
-    return {**params, 'model': model_params}
-
-  def auxiliary_params(self, params: Params) -> Params:
-    """The student's head (the teacher's is in `result_auxiliary`)."""
-    return params[dino_lib.HEAD]
 
   def init_state(self, params: Params) -> dict:
     """The teacher starts as the student; the centre at zero."""

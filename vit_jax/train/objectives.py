@@ -29,6 +29,7 @@ import optax
 from vit_jax.models import flops
 from vit_jax.models import mae
 from vit_jax.models import masked_patch
+from vit_jax.train import around_model
 from vit_jax.train import dino
 
 Params = Any
@@ -126,31 +127,8 @@ def patch_prediction_loss(out: jax.Array, target: jax.Array, chosen: jax.Array,
   return masked_mean(xent, weights), {'masked_patch_accuracy': masked_mean(hits, weights)}
 
 
-class _AroundModel:
-  """An objective whose parameters are {'model': the ViT, OWN: what it adds}."""
-  OWN = ''
-  net: Any  # models.mae.MaskedAutoencoder or models.masked_patch.MaskedPatchPredictor
-
-  @property
-  def model(self) -> nn.Module:
-    return self.net.model
-
-  def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
-    return self.net.init(rng, image_shape)
-
-  def model_params(self, params: Params) -> Params:
-    return params['model']
-
-  def with_model_params(self, params: Params, model_params: Params) -> Params:
-    return {**params, 'model': model_params}
-
-  def auxiliary_params(self, params: Params) -> Params:
-    """What the objective trains beside the ViT (written as <objective>_params.npz)."""
-    return params[self.OWN]
-
-
 @dataclasses.dataclass(frozen=True)
-class MaskedPatch(_AroundModel):
+class MaskedPatch(around_model.AroundModel):
   """The ViT paper's self-supervision: predict corrupted patches' targets; no labels."""
   OWN = 'masked_patch'  # the [mask] embedding and the prediction head
   net: masked_patch.MaskedPatchPredictor
@@ -163,7 +141,7 @@ class MaskedPatch(_AroundModel):
 
 
 @dataclasses.dataclass(frozen=True)
-class Mae(_AroundModel):
+class Mae(around_model.AroundModel):
   """Masked autoencoding: reconstruct the left-out patches' pixels; no labels."""
   OWN = 'decoder'  # with its mask token: what reconstructions need beside the ViT
   net: mae.MaskedAutoencoder
