@@ -192,6 +192,17 @@ def check_resolution(name: str, options: ml_collections.ConfigDict) -> int:
 # Features.
 
 
+def check_labelled(x: np.ndarray, labels: np.ndarray, num_classes: int,
+                   what: str) -> None:
+  """One-line error unless `x` is [N, D] features of N > 0 labels in [0, num_classes)."""
+  if x.ndim != 2 or len(x) != len(labels) or not len(x):
+    raise ValueError(f'{what}: need features [N, D] and N labels with N > 0, '
+                     f'got {x.shape} and {labels.shape}.')
+  if labels.min() < 0 or labels.max() >= num_classes:
+    raise ValueError(f'{what}: labels must lie in [0, {num_classes}), got '
+                     f'{labels.min()}..{labels.max()}.')
+
+
 def prefix_tokens(model: nn.Module) -> int:
   """Tokens before the patch tokens (class, distillation and register tokens)."""
   return int(models.family_of(model).prefix_tokens(model))

@@ -35,6 +35,10 @@ DEFAULT_VAL_PER_CLASS = 10
 # Closed-form ridge regression (pure numpy, float64 on the host).
 
 
+# fit_ridge's `features` argument hides the module inside it.
+_check_labelled = features.check_labelled
+
+
 @dataclasses.dataclass(frozen=True)
 class RidgeProbe:
   """Linear classifiers for several l2 strengths fitted on one few-shot set."""
@@ -59,12 +63,7 @@ def fit_ridge(features: np.ndarray, labels: np.ndarray, num_classes: int,
   """Least squares from whitened `features` [N, D] to {-1, 1} one-hot targets, per l2."""
   x = np.asarray(features, np.float64)
   labels = np.asarray(labels)
-  if x.ndim != 2 or len(x) != len(labels) or not len(x):
-    raise ValueError(f'fit_ridge: need features [N, D] and N labels with N > 0, '
-                     f'got {x.shape} and {labels.shape}.')
-  if labels.min() < 0 or labels.max() >= num_classes:
-    raise ValueError(f'fit_ridge: labels must lie in [0, {num_classes}), got '
-                     f'{labels.min()}..{labels.max()}.')
+  _check_labelled(x, labels, num_classes, 'fit_ridge')
   l2 = np.asarray(l2_regs, np.float64)
   if l2.ndim != 1 or not len(l2) or (l2 <= 0).any():
     raise ValueError(f'l2_regs must be a non-empty list of positive numbers, got '

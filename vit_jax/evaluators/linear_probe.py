@@ -78,15 +78,6 @@ def _fit(x: jax.Array, labels: jax.Array, mask: jax.Array, weight_decay: jax.Arr
   return params['kernel'], params['bias']
 
 
-def _check(x: np.ndarray, labels: np.ndarray, num_classes: int) -> None:
-  if x.ndim != 2 or len(x) != len(labels) or not len(x):
-    raise ValueError(f'linear probe: need features [N, D] and N labels with N > 0, '
-                     f'got {x.shape} and {labels.shape}.')
-  if labels.min() < 0 or labels.max() >= num_classes:
-    raise ValueError(f'linear probe: labels must lie in [0, {num_classes}), got '
-                     f'{labels.min()}..{labels.max()}.')
-
-
 def fit_linear(x: np.ndarray, labels: np.ndarray, num_classes: int,
                weight_decay: float, steps: int = DEFAULT_STEPS,
                mask: Optional[np.ndarray] = None) -> LinearClassifier:
@@ -97,7 +88,7 @@ def fit_linear(x: np.ndarray, labels: np.ndarray, num_classes: int,
   """
   x = np.asarray(x, np.float32)
   labels = np.asarray(labels)
-  _check(x, labels, num_classes)
+  features.check_labelled(x, labels, num_classes, 'linear probe')
   mask = np.ones(len(x), np.float32) if mask is None else np.asarray(mask, np.float32)
   mean = x.mean(axis=0)
   # The epsilon keeps constant features (dead units) from dividing by 0.
@@ -116,7 +107,7 @@ def linear_probe_accuracy(train: tuple[np.ndarray, np.ndarray],
                           seed: int = 0) -> tuple[float, float]:
   """(test accuracy, chosen weight decay): chosen on a held-out part of `train`."""
   x, y = np.asarray(train[0], np.float32), np.asarray(train[1])
-  _check(x, y, num_classes)
+  features.check_labelled(x, y, num_classes, 'linear probe')
   decays = [float(w) for w in weight_decays]
   if not decays or any(w < 0 for w in decays):
     raise ValueError(f'weight_decays must be a non-empty list of numbers >= 0, got '
