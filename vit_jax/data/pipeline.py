@@ -137,7 +137,7 @@ def _repeated(stream: tf.data.Dataset, repeats: int) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices(dict(
         {k: tf.repeat(v[None], repeats) for k, v in el.items() if k != 'position'},
         position=position))
-  return stream.flat_map(copies)
+  return stream.flat_map(reader.traced(copies))
 
 
 def check_train_config(config, info) -> None:
@@ -220,7 +220,8 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
                             start=start // repeats, shuffle=shuffle, cache=config.cache)
     if repeats > 1:
       s = _repeated(s, repeats).skip(start % repeats)  # a step may begin mid-copies
-    streams.append(s.map(lambda el, v=v: dict(el, shard=tf.constant(v, tf.int64))))
+    streams.append(s.map(reader.traced(
+        lambda el, v=v: dict(el, shard=tf.constant(v, tf.int64)))))
   # Round robin in blocks of `rows`: each batch is shard after shard, in ascending order.
   selector = tf.data.Dataset.from_tensor_slices(
       np.repeat(np.arange(len(shards), dtype=np.int64), rows)).repeat()
@@ -247,7 +248,7 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
       out.update(preprocess.mix_params(step_seed, pp))
     return out
 
-  ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.map(reader.traced(example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(rows * len(shards), drop_remainder=True)
   return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
@@ -303,7 +304,7 @@ def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int)
             'label': preprocess.targets(label, info.num_classes, pp.multi_hot) * mask,
             'mask': mask, 'index': index}
 
-  ds = ds.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.map(reader.traced(example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(rows * len(slots), drop_remainder=True)
   return ds.prefetch(tf.data.AUTOTUNE).with_options(_options()), num_batches
 

@@ -8,6 +8,7 @@ one partial file beyond the range itself, and nothing is decoded.
 """
 import dataclasses
 import os
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -41,6 +42,15 @@ class SplitFiles:
     return paths, skips, takes
 
 
+def traced(fn: Callable) -> Callable:
+  """`fn` for Dataset.map, traced as written instead of rewritten by autograph.
+
+  Our map functions use tf.cond / tf.where, never Python control flow on tensors,
+  and autograph's conversion costs seconds of start-up in every run.
+  """
+  return tf.autograph.experimental.do_not_convert(fn)
+
+
 def split_files(builder, split: str) -> SplitFiles:
   """Resolves a split expression of a prepared TFDS builder to its TFRecord pieces."""
   file_format = str(getattr(builder.info, 'file_format', 'tfrecord') or 'tfrecord')
@@ -62,7 +72,7 @@ def split_files(builder, split: str) -> SplitFiles:
 def read_pieces(paths, skips, takes) -> tf.data.Dataset:
   """Returns the serialized records of (path, skip, take) pieces (tensors), concatenated."""
   pieces = tf.data.Dataset.from_tensor_slices((paths, skips, takes))
-  return pieces.flat_map(lambda p, s, t: tf.data.TFRecordDataset(p).skip(s).take(t))
+  return pieces.flat_map(traced(lambda p, s, t: tf.data.TFRecordDataset(p).skip(s).take(t)))
 
 
 def read_range(files: SplitFiles, start: int, end: int) -> tf.data.Dataset:
@@ -128,4 +138,4 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
             'position': tf.reshape(position, []) + tf.range(count, dtype=tf.int64)}
 
   # Loading the next segment overlaps with emitting the current one.
-  return tf.data.Dataset.counter(first).map(load).prefetch(1).unbatch()
+  return tf.data.Dataset.counter(first).map(traced(load)).prefetch(1).unbatch()

@@ -33,6 +33,7 @@ import tensorflow_datasets as tfds
 
 from vit_jax import models
 from vit_jax.data import preprocess
+from vit_jax.data import reader
 from vit_jax.data import sources
 from vit_jax.evaluators import base
 
@@ -114,7 +115,7 @@ def _as_dataset(data: Dataset, split: str) -> tf.data.Dataset:
 
 def split_labels(data: Dataset, split: str) -> np.ndarray:
   """The labels [N] of a split, in file order, without decoding its images."""
-  ds = _as_dataset(data, split).map(_labels_fn(data.spec),
+  ds = _as_dataset(data, split).map(reader.traced(_labels_fn(data.spec)),
                                     num_parallel_calls=tf.data.AUTOTUNE)
   batches = list(ds.batch(4096).prefetch(2).as_numpy_iterator())
   return np.concatenate([np.zeros(0, np.int64)] + batches).astype(np.int64)
@@ -154,8 +155,8 @@ def image_batches(data: Dataset, split: str, rows: Optional[np.ndarray],
     wanted = np.zeros(len(data.train_labels), bool)
     wanted[rows] = True
     wanted = tf.constant(wanted)
-    ds = ds.enumerate().filter(lambda i, ex: tf.gather(wanted, i)).map(
-        lambda i, ex: ex)
+    ds = ds.enumerate().filter(reader.traced(lambda i, ex: tf.gather(wanted, i))).map(
+        reader.traced(lambda i, ex: ex))
   label_fn = _labels_fn(data.spec)
   scale = data.spec.image_scale
 
@@ -165,7 +166,7 @@ def image_batches(data: Dataset, split: str, rows: Optional[np.ndarray],
       image = image * tf.constant(scale, image.dtype)
     return preprocess.eval_image(image, pp), label_fn(ex)
 
-  ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.map(reader.traced(prepare), num_parallel_calls=tf.data.AUTOTUNE)
   yield from ds.batch(batch_size).prefetch(2).as_numpy_iterator()
 
 
