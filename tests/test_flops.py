@@ -101,11 +101,24 @@ class PeakTest(absltest.TestCase):
     self.assertIn('no datasheet peak', how)
     peak, how = peaks.resolve_peak('auto', 'float32', cpu)
     self.assertGreater(peak, 1e8)
-    self.assertEqual(how, 'measured 512^3 float32 matmul')
+    self.assertIn('best of 256^3, 512^3, 1024^3 float32 matmuls', how)
     for bad, message in (('fast', 'use one of'), (0, 'must be positive'),
                          ('-1', 'use one of')):
       with self.assertRaisesRegex(ValueError, message):
         peaks.resolve_peak(bad, 'float32', cpu)
+
+  def test_cpu_peak_is_the_best_size_and_mfu_never_exceeds_one(self):
+    rates = {256: 2e10, 512: 6e10, 1024: 5e10}
+    peak, how = peaks.best_rate(rates, 'float32')
+    self.assertEqual(peak, 6e10)
+    self.assertIn('best of 256^3, 512^3, 1024^3 float32 matmuls (fastest 512^3', how)
+    with self.assertRaisesRegex(ValueError, 'at least one'):
+      peaks.best_rate({}, 'float32')
+    self.assertEqual(peaks.utilization(3e10, peak), (0.5, 6e10, False))
+    # A step faster than the sampled peak (cores shared while it was measured): the
+    # step's rate becomes the peak, so MFU reads 1, not 1.044.
+    self.assertEqual(peaks.utilization(6.264e10, peak), (1.0, 6.264e10, True))
+    self.assertEqual(peaks.CPU_PEAK_SIZES, (256, 512, 1024))
 
   def test_measure_small_matmul(self):
     peak = peaks.measure_peak_flops('float32', 256, inner=2, repeats=2)

@@ -1,5 +1,6 @@
 r"""Throughput and MFU of the trainer's own train step (or the eval forward pass).
 
+  python -m vit_jax.perf.benchmark --config=quickstart --steps=5 --repeats=3 --compare=timm
   python -m vit_jax.perf.benchmark --model=ViT-B_16 --batch=256 --resolution=224 \
       --mode=train --optimizer=adam --steps=20 --compare=timm
 
@@ -7,20 +8,23 @@ Times exactly what the trainer runs: the model from the config (models.from_conf
 the named objective (supervised, masked_patch, mae), optimizer and schedule, and
 train.step.make_train_step jitted with the trainer's mesh shardings and state donation,
 on a synthetic batch resident on the devices (--input=host feeds a fresh host batch
-each step instead). Prints img/s, step time, compile time, peak device memory, analytic FLOPs (train = 3x
-forward) and MFU against the peak it names; with --compare=timm it first runs timm's
-same-size model (the repository's tools/bench_timm.py, torch code) in its own process
-and prints the ratio. Needs neither TensorFlow nor a dataset.
+each step instead). --config takes all of it from an experiment config (a file or a
+shipped config's name); flags named on the command line override it. Prints img/s, step
+time, compile time, peak device memory, analytic FLOPs (train = 3x forward) and MFU
+against the peak it names (never above 1: vit_jax.parallel.peaks.utilization), with
+progress lines on stderr. With --compare=timm it times timm's VisionTransformer of the
+same dimensions (the repository's tools/bench_timm.py, torch code, in --timm_python):
+on a GPU first, under torch.compile; on CPU in eager float32 on the cores JAX uses, its
+windows alternated with ours; and prints the ratio. Needs neither TensorFlow nor a dataset.
 """
 import ast
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import types
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -32,6 +36,8 @@ from vit_jax import configs
 from vit_jax import errors
 from vit_jax import fileio
 from vit_jax import models
+from vit_jax.configs import experiments
+from vit_jax.data import catalog
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
 from vit_jax.models import from_config
@@ -39,6 +45,7 @@ from vit_jax.models import vit as vit_lib
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
 from vit_jax.perf import profiling
+from vit_jax.perf import timm_peer
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
@@ -48,34 +55,69 @@ MODES = ('train', 'infer')
 GiB = 2**30
 
 
-# The peer measurement: torch code, kept outside the package.
-TIMM_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'tools', 'bench_timm.py')
+# Flags that set a config key when a config is given only if named on the command line:
+# flag -> (config key path, value transform).
+_CONFIG_FLAGS = {
+    'model': ('model_name',), 'batch': ('batch',), 'accum_steps': ('accum_steps',),
+    'optimizer': ('optimizer',), 'clip': ('grad_clip_norm',), 'objective': ('objective',),
+    'resolution': ('pp', 'crop'), 'num_classes': ('model', 'num_classes'),
+    'dtype': ('model', 'dtype'), 'attention': ('model', 'attention'),
+    'remat': ('model', 'remat'), 'pad_multiple': ('model', 'attention_pad_multiple'),
+    'scan_layers': ('model', 'scan_layers'),
+    'patch_embedding': ('model', 'patch_embedding'), 'dropout': ('model', 'dropout_rate'),
+}
 
 
-def make_config(args: Any) -> Any:
-  """The train config of the benchmarked step: the base schema with the flags' recipe."""
+def _recipe_config(args: Any) -> Any:
+  """Without --config: the base schema with the flags' recipe (pre-training or fine-tuning)."""
   c = configs.get_base_config()
-  c.model_name = args.model
-  c.batch = args.batch
-  c.accum_steps = args.accum_steps
-  c.optimizer = args.optimizer
-  c.grad_clip_norm = args.clip
-  c.objective = args.objective
-  c.objectives[args.objective].update(parse_options(args.objective_options))
   c.total_steps = 10**6
   c.warmup_steps = 10
   if args.optimizer == 'adam':  # pre-training recipe
     c.base_lr, c.weight_decay = 1e-3, 0.1
   else:  # fine-tuning recipe
     c.base_lr, c.weight_decay = 0.03, 0.0
-  c.mesh.data, c.mesh.fsdp = -1, 1
-  c.model.update({'dtype': args.dtype, 'attention': args.attention,
-                  'remat': args.remat, 'attention_pad_multiple': args.pad_multiple,
-                  'scan_layers': args.scan_layers,
-                  'patch_embedding': args.patch_embedding,
-                  'dropout_rate': args.dropout})
   return c
+
+
+def make_config(args: Any) -> Any:
+  """The train config of the benchmarked step.
+
+  With --config, the experiment file's config, where the flags named on the command line
+  override; without it, the base schema with every flag's value (pre-training recipe
+  for adam, fine-tuning for sgd).
+  """
+  if args.config:
+    c = configs.load(experiments.resolve(args.config))
+    given = set(args.given)
+  else:
+    c = _recipe_config(args)
+    given = set(_CONFIG_FLAGS) | {'objective_options'}
+  with c.unlocked():
+    for flag, path in _CONFIG_FLAGS.items():
+      if flag in given:
+        node = c
+        for key in path[:-1]:
+          node = node[key]
+        node[path[-1]] = getattr(args, flag)
+    if 'objective_options' in given:
+      c.objectives[c.objective].update(parse_options(args.objective_options))
+    c.mesh.data, c.mesh.fsdp = -1, 1  # data parallel over the benchmarked devices
+  return c
+
+
+def settle(args: Any, c: Any) -> types.SimpleNamespace:
+  """args with the values the config decided (batch, resolution, classes, optimizer, ...)."""
+  num_classes = c.model.num_classes
+  if num_classes is None or num_classes < 1:
+    spec = catalog.DATASETS.get(c.dataset)
+    num_classes = spec.num_classes if spec and spec.num_classes else args.num_classes
+  out = dict(vars(args))
+  out.update(model=c.model_name, batch=c.batch, accum_steps=c.accum_steps,
+             optimizer=c.optimizer, clip=c.grad_clip_norm, objective=c.objective,
+             resolution=c.pp.crop, num_classes=num_classes, dtype=c.model.dtype,
+             attention=c.model.attention)
+  return types.SimpleNamespace(**out)
 
 
 def parse_options(items: Sequence[str]) -> dict[str, Any]:
@@ -132,39 +174,39 @@ def _xla_flops(compiled: Any, platform: str) -> Optional[float]:
   return float(cost['flops']) if cost and 'flops' in cost else None
 
 
-def _time(fn, steps: int, warmup: int, repeats: int) -> list:
-  """Seconds per step of `repeats` windows of `steps` calls, after `warmup`."""
+def _progress(message: str) -> None:
+  """A progress line on stderr, so a long benchmark shows it is alive."""
+  print(f'vit_jax.perf.benchmark: {message}', file=sys.stderr, flush=True)
+
+
+def _time(fn, steps: int, warmup: int, repeats: int,
+          peer: Optional[Callable[[int], Optional[float]]] = None) -> tuple[list, list]:
+  """Seconds per step of `repeats` windows of `steps` calls, after `warmup`.
+
+  With `peer` (a function timing the peer's window of n steps), each of our windows is
+  followed by one of the peer's on the same cores, so load that comes and goes hits both
+  alike; returns (our windows, the peer's windows).
+  """
   out = None
   for _ in range(warmup):
     out = fn()
   jax.block_until_ready(out)
-  windows = []
-  for _ in range(repeats):
+  windows, peer_windows = [], []
+  for i in range(repeats):
     t = time.perf_counter()
     for _ in range(steps):
       out = fn()
     jax.block_until_ready(out)
     windows.append((time.perf_counter() - t) / steps)
-  return windows
-
-
-def _compare_timm(args: Any) -> dict:
-  """Runs tools/bench_timm.py in its own process and parses its JSON line."""
-  if not os.path.exists(TIMM_SCRIPT):
-    return {'skipped': f'{TIMM_SCRIPT} not found: --compare=timm runs from a '
-                       'checkout of the repository'}
-  cmd = [sys.executable, TIMM_SCRIPT, f'--model={args.model}',
-         f'--batch={args.batch}', f'--resolution={args.resolution}',
-         f'--mode={args.mode}', f'--steps={args.steps}',
-         f'--warmup={args.warmup}', f'--repeats={args.repeats}',
-         f'--optimizer={args.optimizer}', f'--clip={args.clip}',
-         f'--num_classes={args.num_classes}']
-  proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-  lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
-  if not lines:
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['']
-    return {'error': f'exit {proc.returncode}: {tail[0][:300]}'}
-  return json.loads(lines[-1])
+    line = f'window {i + 1}/{repeats}: {windows[-1] * 1e3:.2f} ms/step'
+    if peer is not None:
+      sec = peer(steps)
+      if sec is None:
+        raise OSError('--compare=timm: the timm process ended during timing.')
+      peer_windows.append(sec)
+      line += f', timm {sec * 1e3:.2f} ms/step'
+    _progress(line)
+  return windows, peer_windows
 
 
 def _batch(args: Any, seed: int) -> dict:
@@ -177,7 +219,7 @@ def _batch(args: Any, seed: int) -> dict:
   return {'image': images, 'label': labels}
 
 
-def _check(args: Any, n_devices: int) -> None:
+def _check(args: Any) -> None:
   """One-line errors for flag values that would otherwise fail inside JAX."""
   for key in ('batch', 'steps', 'repeats', 'resolution', 'num_classes',
               'accum_steps', 'profile_steps'):
@@ -186,28 +228,55 @@ def _check(args: Any, n_devices: int) -> None:
   if args.warmup < 0:
     raise ValueError(f'--warmup={args.warmup} must be >= 0.')
   peaks.parse_peak(args.peak, '--peak')
+
+
+def _check_devices(args: Any, n_devices: int) -> None:
+  """One-line error when the batch does not split over the devices and micro-batches."""
   if args.batch % (args.accum_steps * n_devices):
     raise ValueError(
         f'--batch={args.batch} is not divisible by {n_devices} devices x '
         f'--accum_steps={args.accum_steps}; use a multiple of '
         f'{n_devices * args.accum_steps}.')
-  patch = models.get_model_config(args.model).patches.size[0]
-  if args.resolution % patch and 'resnet' not in models.get_model_config(
-      args.model):
+
+
+def _check_model(args: Any, model: Any) -> None:
+  """One-line error when the resolution does not split into the model's patches."""
+  patches = getattr(model, 'patches', None)
+  if patches is None or getattr(model, 'resnet', None):
+    return  # a hybrid's patches tile the ResNet's features, not the pixels
+  patch = tuple(patches['size'])[0]
+  if args.resolution % patch:
     raise ValueError(f'--resolution={args.resolution} is not divisible by '
                      f"{args.model}'s patch size {patch}.")
 
 
 def run(args: Any) -> dict:
-  """Benchmarks the configured step; returns every reported field."""
+  """Benchmarks the configured step (and its timm peer with --compare=timm)."""
+  config = make_config(args)
+  args = settle(args, config)
+  _check(args)
+  model = from_config.build(config, args.num_classes)
+  _check_model(args, model)
+  peer = None
+  if args.compare == 'timm':
+    # Before JAX claims a GPU: there the peer runs to the end before we start.
+    peer = timm_peer.start(args.timm_python, model, args.resolution, args)
+  try:
+    return _run(args, config, model, peer)
+  finally:
+    if peer is not None:
+      peer.close()
+
+
+def _run(args: Any, config: Any, model: Any,
+         peer: Optional[timm_peer.PeerProcess]) -> dict:
+  """run() once the config, model and peer are settled."""
   devices = jax.devices()[:args.devices] if args.devices else jax.devices()
   if args.devices and args.devices > len(jax.devices()):
     raise ValueError(f'--devices={args.devices} but only {len(jax.devices())} '
                      'devices exist.')
-  _check(args, len(devices))
+  _check_devices(args, len(devices))
   dtype = jnp.dtype(models.resolve_dtype(args.dtype)).name
-  config = make_config(args)
-  model = from_config.build(config, args.num_classes)
   mesh = sharding.make_mesh(config.mesh, devices)
   batch_sharding = sharding.batch_sharding(mesh)
   host = _batch(args, 0)
@@ -215,6 +284,8 @@ def run(args: Any) -> dict:
          'resolution': args.resolution, 'dtype': dtype,
          'devices': len(devices), 'device_kind': devices[0].device_kind,
          'jax': jax.__version__}
+  if args.config:
+    res['config'] = args.config
   if 'attention' in models.family_of(model).options:
     res['attention'] = attention_lib.resolve_implementation(
         args.attention, jnp.dtype(dtype),
@@ -262,7 +333,11 @@ def run(args: Any) -> dict:
       return metrics
     return compiled(holder['x'], b)
 
-  windows = _time(one_step, args.steps, args.warmup, args.repeats)
+  _progress(f'compiled in {res["compile_s"]:.1f} s; timing {args.repeats} windows of '
+            f'{args.steps} steps after {args.warmup} warm-up steps'
+            + (', each followed by a timm window' if peer and peer.serving else ''))
+  windows, peer_windows = _time(one_step, args.steps, args.warmup, args.repeats,
+                                peer.window if peer and peer.serving else None)
   if args.profile_dir:
     # After timing, so the trace holds steady-state steps only.
     with jax.profiler.trace(args.profile_dir, create_perfetto_trace=True):
@@ -281,18 +356,37 @@ def run(args: Any) -> dict:
   if args.mode == 'train':  # the objective's own count (MAE encodes a quarter)
     per_image = objectives.train_flops_per_image(objective, args.resolution)
   else:
-    per_image = flops.model_flops_per_image(args.model, args.resolution, train=False,
+    per_image = flops.model_flops_per_image(model, args.resolution, train=False,
                                             num_classes=args.num_classes)
   res['gflops_per_image'] = per_image / 1e9
   achieved = res['img_s_per_device'] * per_image
   res['tflops_per_device'] = achieved / 1e12
   peak, how = peaks.resolve_peak(args.peak, dtype, devices[0])
+  res['mfu'] = None
+  if peak:
+    res['mfu'], peak, raised = peaks.utilization(achieved, peak)
+    if raised:
+      how += '; the step ran faster, so raised to its rate'
   res['peak_tflops'] = peak / 1e12 if peak else None
   res['peak_source'] = how
-  res['mfu'] = achieved / peak if peak else None
   spec = peaks.device_peak_flops(devices[0], dtype)
   res['mfu_datasheet'] = achieved / spec if spec else None
+  if peer is not None:
+    res['timm'] = _peer_result(peer, args.batch, peer_windows)
+    if 'img_s' in res['timm']:
+      res['ratio_vs_timm'] = res['img_s'] / res['timm']['img_s']
   return res
+
+
+def _peer_result(peer: timm_peer.PeerProcess, batch: int, windows: list) -> dict:
+  """The peer's fields: its own finished run (GPU), or our alternated windows of it (CPU)."""
+  out = dict(peer.info)
+  if not out.pop('serving', False):
+    return out
+  sec = statistics.median(windows)
+  out.update(img_s=batch / sec, step_ms=sec * 1e3,
+             step_ms_spread=(max(windows) - min(windows)) * 1e3)
+  return out
 
 
 def _fmt(value: Any) -> str:
@@ -310,15 +404,23 @@ def format_report(res: dict) -> str:
   timm = res.get('timm')
   if timm is not None:
     if 'img_s' in timm:
-      lines.append(f'{"timm_model":22s} {timm["timm_model"]} (torch '
-                   f'{timm["torch"]}, timm {timm["timm"]}, bf16 autocast, '
-                   'torch.compile)')
+      how = ('bf16 autocast, torch.compile' if timm.get('compiled') else
+             f'{timm.get("dtype", "float32")}, eager, {timm.get("threads")} threads, '
+             'windows alternated with ours')
+      lines.append(f'{"timm_model":22s} {timm["timm_model"]}')
+      lines.append(f'{"timm_run":22s} torch {timm["torch"]}, timm {timm["timm"]}, '
+                   f'{timm.get("device", "cuda")}, {how}')
+      lines.append(f'{"timm_params":22s} {timm.get("params", "n/a")}')
       lines.append(f'{"timm_img_s":22s} {timm["img_s"]:.1f}')
       lines.append(f'{"timm_step_ms":22s} {timm["step_ms"]:.2f}')
+      if 'step_ms_spread' in timm:
+        lines.append(f'{"timm_step_ms_spread":22s} {timm["step_ms_spread"]:.2f}')
       lines.append(f'{"timm_compile_s":22s} {timm["compile_s"]:.1f}')
-      lines.append(f'{"timm_peak_mem_gib":22s} {timm["peak_mem_gib"]:.1f}')
-      lines.append(f'{"torch_peak_tflops":22s} {timm["torch_peak_tflops"]:.0f} '
-                   '(torch 8192^3 bf16 matmul, same run)')
+      if 'peak_mem_gib' in timm:
+        lines.append(f'{"timm_peak_mem_gib":22s} {timm["peak_mem_gib"]:.1f}')
+      if 'torch_peak_tflops' in timm:
+        lines.append(f'{"torch_peak_tflops":22s} {timm["torch_peak_tflops"]:.0f} '
+                     '(torch 8192^3 bf16 matmul, same run)')
       lines.append(f'{"ratio_vs_timm":22s} {res["ratio_vs_timm"]:.3f}')
     else:
       lines.append(f'{"timm":22s} skipped: '
@@ -332,6 +434,10 @@ def format_report(res: dict) -> str:
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   """The command's flags, on `fv`."""
   d = dict(flag_values=fv)
+  flags.DEFINE_string('config', '', "An experiment config (configs/FILE.py[:ARGS] or a "
+                      "shipped config's name, e.g. quickstart): the step's model, batch, "
+                      'resolution (pp.crop), optimizer, clip, dtype, objective and classes '
+                      'come from it; the flags named on the command line override it.', **d)
   flags.DEFINE_string('model', 'ViT-B_16', 'Preset name.', **d)
   flags.DEFINE_integer('batch', 256, 'Global batch.', **d)
   flags.DEFINE_integer('resolution', 224, 'Image side in pixels.', **d)
@@ -373,8 +479,12 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                        'parallel.', **d)
   flags.DEFINE_string('peak', 'auto', 'auto (measure on GPU/CPU, datasheet on TPU) | '
                       'measure | table | a number in TFLOP/s.', **d)
-  flags.DEFINE_enum('compare', '', ['', 'timm'], "timm: time timm's same model "
-                    'first (needs torch, timm and CUDA).', **d)
+  flags.DEFINE_enum('compare', '', ['', 'timm'], "timm: time timm's VisionTransformer "
+                    'of the same dimensions (tools/bench_timm.py in --timm_python): on a '
+                    'GPU first, under torch.compile; on CPU eager float32 with the cores '
+                    'JAX uses, its windows alternated with ours.', **d)
+  flags.DEFINE_string('timm_python', '', 'Python with torch and timm for --compare=timm '
+                      '(default: this one).', **d)
   flags.DEFINE_string('json', '', 'Also write the fields here.', **d)
   flags.DEFINE_string('profile_dir', '', 'After timing, trace --profile_steps steps '
                       'with jax.profiler into this directory (TensorBoard/Perfetto).',
@@ -383,7 +493,11 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def _namespace(fv: flags.FlagValues) -> types.SimpleNamespace:
-  return types.SimpleNamespace(**{name: fv[name].value for name in fv})
+  """The flags' values, and in `given` the names set on the command line."""
+  names = [name for name in fv if fv[name].name == name]
+  out = types.SimpleNamespace(**{name: fv[name].value for name in names})
+  out.given = tuple(name for name in names if fv[name].present)
+  return out
 
 
 def parse_args(argv: Sequence[str]) -> types.SimpleNamespace:
@@ -404,15 +518,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   try:
     if args.json:  # checked before minutes of benchmarking, not after
       fileio.check_output(args.json, '--json')
-    timm = _compare_timm(args) if args.compare == 'timm' else None
     res = run(args)
   except (ValueError, OSError) as e:
     print(f'vit_jax.perf.benchmark: error: {e}', file=sys.stderr)
     sys.exit(2)
-  if timm is not None:
-    res['timm'] = timm
-    if 'img_s' in timm:
-      res['ratio_vs_timm'] = res['img_s'] / timm['img_s']
   print(format_report(res), flush=True)
   if args.json:
     out = dict(res)

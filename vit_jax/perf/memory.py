@@ -176,7 +176,9 @@ def main(argv: Sequence[str]) -> None:
   reports = []
   for n in counts:
     report = memory_report(config, available[:n])
-    print(f'{n} devices: {report.num_params / 1e9:.2f}B parameters, '
+    size = (f'{report.num_params / 1e9:.2f}B' if report.num_params >= 1e9
+            else f'{report.num_params / 1e6:.1f}M')
+    print(f'{n} devices: {size} parameters, '
           f'peak {report.total / GiB:.2f} GiB per device', flush=True)
     reports.append(report)
   print(format_table(reports))

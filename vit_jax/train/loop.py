@@ -289,7 +289,9 @@ class _Monitor:
       img_sec = self._config.batch * steps / seconds
       scalars['img_sec_core'] = img_sec / jax.device_count()
       if self._peak:
-        scalars['mfu'] = img_sec * self._flops / (self._peak * jax.device_count())
+        # Never above 1: a step faster than the measured peak raises the peak.
+        scalars['mfu'], self._peak, _ = peaks.utilization(
+            img_sec * self._flops / jax.device_count(), self._peak)
     self._writer.write_scalars(step, scalars)
     total = self._config.total_steps
     eta = (time.time() - self._t0) / max(step - self._first, 1) * (total - step)
