@@ -23,6 +23,7 @@ if __name__ == '__main__':
   train_flags.exit_on_help(sys.argv)
   rest = train_flags.parse_flags(sys.argv)  # a mistake: one line, exit status 2
   train_flags.exit_on_print_config()
+  train_flags.retain_host_memory()  # before JAX starts its CPU threads
   # Only now: the trainer's modules load TensorFlow, which the above do not need.
   from vit_jax.cli import main  # pylint: disable=g-import-not-at-top
   main.run(rest)

@@ -16,6 +16,7 @@ from ml_collections import config_flags
 from vit_jax import errors
 from vit_jax.configs import experiments
 from vit_jax.configs import original_keys
+from vit_jax.parallel import host_memory
 
 CONFIG = config_flags.DEFINE_config_file(
     'config', None, "Experiment config: a shipped config's name (listed above) or a file "
@@ -27,6 +28,12 @@ DEBUG = flags.DEFINE_bool(
 PRINT_CONFIG = flags.DEFINE_bool(
     'print_config', False, 'Print the resolved config (the file with every --config.KEY '
     'override applied) and exit without training; --workdir is not needed.')
+
+
+def retain_host_memory() -> None:
+  """On a CPU-only run, keeps XLA's freed temporaries on the heap (vit_jax.parallel.host_memory)."""
+  if host_memory.host_is_device():
+    host_memory.retain_freed_memory()
 
 
 def configs_help() -> str:
