@@ -125,10 +125,9 @@ class MultiHeadDotProductAttention(nn.Module):
     w_qkv = jnp.stack([w for w, _ in qkv_params], axis=1).astype(self.dtype)
     b_qkv = jnp.stack([b for _, b in qkv_params], axis=0).astype(self.dtype)
     if kv is None:
-      # Output in the matmul's own order [b, s, 3, h, k]: a leading q/k/v axis made
-      # XLA:CPU run the product transposed, with copies of both operands around it.
-      qkv = jnp.einsum('bsd,dthk->bsthk', x.astype(self.dtype), w_qkv) + b_qkv
-      q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+      qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv)
+      qkv = qkv + b_qkv[:, None, None]
+      q, k, v = qkv[0], qkv[1], qkv[2]
     else:
       q = jnp.einsum('bsd,dhk->bshk', x.astype(self.dtype), w_qkv[:, 0]) + b_qkv[0]
       kv_ = jnp.einsum('bsd,dthk->tbshk', kv.astype(self.dtype), w_qkv[:, 1:])

@@ -72,7 +72,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.models import attention as attention_lib
-from vit_jax.models.layer_norm import LayerNorm
 from vit_jax.models import families
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
@@ -194,7 +193,7 @@ class MlpBlock(nn.Module):
       last = 'Dense_1'
     x = nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
     if self.norm:
-      x = LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='norm')(x)
+      x = nn.LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='norm')(x)
     x = dense(out_dim, last)(x)
     return nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
 
@@ -229,7 +228,7 @@ class MAPHead(nn.Module):
     x = attention_lib.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dtype=self.dtype,
         name='MultiHeadDotProductAttention_0')(probe, kv=x)
-    y = LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='LayerNorm_0')(x)
+    y = nn.LayerNorm(epsilon=self.epsilon, dtype=self.dtype, name='LayerNorm_0')(x)
     x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, dropout_rate=0.0,
                      activation=self.activation, epsilon=self.epsilon,
                      name='MlpBlock_0')(y)
@@ -273,7 +272,7 @@ class Encoder1DBlock(nn.Module):
   def __call__(self, inputs: jax.Array, drop_rate: Any = None) -> jax.Array:
     """Applies the block; `drop_rate` (scan) overrides `stochastic_depth`."""
     rate = self.stochastic_depth if drop_rate is None else drop_rate
-    norm = lambda name: LayerNorm(  # noqa: E731
+    norm = lambda name: nn.LayerNorm(  # noqa: E731
         epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
     x = norm('LayerNorm_0')(inputs)
     x = attention_lib.MultiHeadDotProductAttention(
@@ -370,7 +369,7 @@ class Encoder(nn.Module):
         x = AddPositionEmbs(name='posembed_input')(x)
       x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     if self.pre_norm:
-      x = LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+      x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                        name='pre_norm')(x)
     # Stochastic depth grows linearly with depth, 0 at the first block.
     rates = [self.stochastic_depth * i / max(self.num_layers - 1, 1)
@@ -390,7 +389,7 @@ class Encoder(nn.Module):
         x = block_cls(stochastic_depth=rate, name=f'encoderblock_{i}',
                       **self._block_kwargs(train, valid))(x)
     if self.final_norm:
-      x = LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+      x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                        name='encoder_norm')(x)
     return x[:, :tokens]
 
@@ -519,7 +518,7 @@ class VisionTransformer(nn.Module):
                   activation=self.activation, epsilon=self.layer_norm_epsilon,
                   name='MAPHead_0')(x[:, lead:])
     if self.fc_norm:
-      x = LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+      x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                        name='fc_norm')(x)
     if self.representation_size:
       x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype,
