@@ -262,7 +262,7 @@ class _Monitor:
         jnp.dtype(models.resolve_dtype(config.model.dtype)).name,
         jax.local_devices()[0])
     if self._peak:
-      logging.info('MFU is against %.1f TFLOP/s per device (%s).', self._peak / 1e12,
+      logging.info('MFU is against %.3g TFLOP/s per device (%s).', self._peak / 1e12,
                    source)
 
   def after_step(self, step: int, metrics: dict, is_last: bool) -> None:
