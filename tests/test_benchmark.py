@@ -123,8 +123,12 @@ class BenchmarkTest(absltest.TestCase):
          '--batch=4', '--resolution=32', '--steps=1', '--warmup=0',
          '--repeats=1', '--dtype=float32', '--devices=1', '--mode=infer'],
         capture_output=True, text=True, check=False,
-        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+        # No JAX_PLATFORMS: jax probes every backend, as on a user's machine.
+        env={k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'})
     self.assertEqual(proc.returncode, 0, proc.stderr[-500:])
+    # Only the benchmark's own progress lines: not jax's INFO line about a missing TPU.
+    for line in proc.stderr.splitlines():
+      self.assertStartsWith(line, 'vit_jax.perf.benchmark: ')
     self.assertRegex(proc.stdout, r'img_s\s+\d')
     self.assertRegex(proc.stdout, r'mfu\s+\d')
     # --helpfull works (absl flags) and lists the command's flags.

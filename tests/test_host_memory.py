@@ -14,6 +14,13 @@ class HostMemoryTest(absltest.TestCase):
       with mock.patch.dict(os.environ, {'JAX_PLATFORMS': value}):
         self.assertEqual(host_memory.host_is_device(), expected, value)
 
+  def test_retain_on_cpu_only(self):
+    with mock.patch.dict(os.environ, {'JAX_PLATFORMS': 'cuda'}):
+      self.assertFalse(host_memory.retain_on_cpu())  # an accelerator: allocator untouched
+    if os.uname().sysname == 'Linux' and os.confstr('CS_GNU_LIBC_VERSION'):
+      with mock.patch.dict(os.environ, {'JAX_PLATFORMS': 'cpu'}):
+        self.assertTrue(host_memory.retain_on_cpu())
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -30,10 +30,9 @@ PRINT_CONFIG = flags.DEFINE_bool(
     'override applied) and exit without training; --workdir is not needed.')
 
 
-def retain_host_memory() -> None:
+def retain_host_memory() -> bool:
   """On a CPU-only run, keeps XLA's freed temporaries on the heap (vit_jax.parallel.host_memory)."""
-  if host_memory.host_is_device():
-    host_memory.retain_freed_memory()
+  return host_memory.retain_on_cpu()
 
 
 def configs_help() -> str:

@@ -49,3 +49,8 @@ def retain_freed_memory() -> bool:
   # would fall back to mmap. No mmap at all, and freed memory kept instead of trimmed.
   return all([mallopt(_M_ARENA_MAX, 1), mallopt(_M_MMAP_MAX, 0),
               mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)])
+
+
+def retain_on_cpu() -> bool:
+  """On a CPU-only run, keeps XLA's freed temporaries on the heap; whether it did."""
+  return host_is_device() and retain_freed_memory()

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from absl import app
 from absl import flags
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,6 +43,7 @@ from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
 from vit_jax.models import from_config
 from vit_jax.models import vit as vit_lib
+from vit_jax.parallel import host_memory
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
 from vit_jax.perf import profiling
@@ -531,7 +533,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   return res
 
 
+def _main(unused_argv) -> None:
+  """The command: jax's start-up INFO lines (e.g. no TPU found) are not the benchmark's."""
+  logging.set_verbosity(logging.WARNING)
+  main(None)
+
+
 if __name__ == '__main__':
   errors.exit_on_help(sys.argv, define_flags)
   define_flags()
-  app.run(lambda argv: main(None) and None)
+  host_memory.retain_on_cpu()  # as vit_jax.main: the step's temporaries stay on the heap
+  app.run(_main)

@@ -290,8 +290,11 @@ class _Monitor:
       scalars['img_sec_core'] = img_sec / jax.device_count()
       if self._peak:
         # Never above 1: a step faster than the measured peak raises the peak.
-        scalars['mfu'], self._peak, _ = peaks.utilization(
+        scalars['mfu'], self._peak, raised = peaks.utilization(
             img_sec * self._flops / jax.device_count(), self._peak)
+        if raised:
+          logging.info('MFU: the steps ran faster than the measured peak; the peak is now '
+                       'their rate, %.3g TFLOP/s per device.', self._peak / 1e12)
     self._writer.write_scalars(step, scalars)
     total = self._config.total_steps
     eta = (time.time() - self._t0) / max(step - self._first, 1) * (total - step)
