@@ -153,7 +153,8 @@ class ModelTest(absltest.TestCase):
       self.assertFalse(os.path.exists(out))
     proc = subprocess.run(
         command + [f'--checkpoint={self.workdir}/params.npz', '--label=a', '--label=b',
-                   '--dataset=mnist5k|train[:200]|test[:100]', '--probes=knn'],
+                   '--dataset=mnist5k|train[:200]|test[:100]', '--probes=knn',
+                   '--random_init=1'],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertEqual(sorted(os.listdir(out)), [
@@ -161,7 +162,7 @@ class ModelTest(absltest.TestCase):
         'nmi.png'])
     with open(os.path.join(out, 'analysis.json')) as f:
       result = json.load(f)
-    self.assertEqual(set(result['models']), {'a', 'b'})
+    self.assertEqual(set(result['models']), {'a', 'b', 'random init (seed 1)'})
     a = result['models']['a']
     self.assertEqual((a['layers'], a['heads'], a['images'], a['prefix_tokens']),
                      (2, 4, 8, 1))
@@ -174,6 +175,11 @@ class ModelTest(absltest.TestCase):
     b = result['models']['b']
     np.testing.assert_allclose(a['nmi'], b['nmi'], rtol=1e-6)
     self.assertEqual(a['knn_top1'], b['knn_top1'])
+    # The control: the same architecture from seed 1, not the checkpoint's (seed 0) weights.
+    control = result['models']['random init (seed 1)']
+    self.assertEqual((control['random_init'], a['random_init']), (1, None))
+    self.assertEqual(np.shape(control['nmi']), (2, 4))
+    self.assertGreater(np.abs(np.subtract(control['nmi'], a['nmi'])).max(), 1e-4)
 
 
 if __name__ == '__main__':

@@ -333,6 +333,20 @@ class RecipeTest(absltest.TestCase):
                      3 * (2 * g + 8 * l) + 2 * g)
     self.assertAlmostEqual(g / 1e9, 9.2, delta=0.5)  # ViT-S/16 forward ~4.6 GMACs + head
 
+  def test_cpu_demo_is_the_measured_recipe(self):
+    # The README's DINO rows were measured with exactly these knobs (configs/quickstart_ssl.py).
+    c = configs.load(os.path.join(test_train.REPO, 'configs', 'quickstart_ssl.py:dino'))
+    self.assertEqual((c.objective, c.batch, c.total_steps, c.base_lr), ('dino', 64, 2000, 1e-3))
+    self.assertEqual(multicrop.counts(c.pp), (2, 0, 96))
+    self.assertEqual(set(c.pp.multicrop.global_pp), {
+        'inception_crop(28, 0.3, 1.0)|color_jitter(0.4, 0.4, 0.2, 0.1, 0.8)'})
+    d = c.objectives.dino
+    self.assertEqual((d.out_dim, d.teacher_temp, d.warmup_teacher_temp, d.momentum_teacher,
+                      d.center_momentum, d.norm_last_layer), (256, 0.02, 0.02, 0.99, 0.5, False))
+    multicrop.check(c.pp)
+    objectives.make(c, from_config.build(c, 10)).check_views(c.pp.crop,
+                                                            multicrop.counts(c.pp))
+
 
 class TrainerTest(absltest.TestCase):
 

@@ -14,6 +14,8 @@ Analyses read patch tokens only (class/register tokens dropped); layer features 
 the class token (or the patch tokens' mean: --pooling=patches). --dataset accepts
 'name|train_split|test_split' (e.g. 'mnist5k|train[:1000]|test') to probe fewer
 examples; default: the dataset of the first checkpoint's work directory.
+--random_init=SEED adds the control, the first checkpoint's architecture freshly
+initialised with SEED, as one more curve ('random init (seed SEED)').
 """
 import sys
 

@@ -93,10 +93,16 @@ def main(argv: Sequence[str]) -> None:
   data = features.open_dataset(dataset, data_dir)
   options = layer_analysis.Options(images=FLAGS.images, pooling=FLAGS.pooling,
                                    probes=tuple(FLAGS.probes), batch_size=batch)
+  labels, seeds = _labels(checkpoints, FLAGS.label), [None] * len(paths)
+  if FLAGS.random_init is not None:  # the control: the first architecture, untrained
+    labels.append(f'random init (seed {FLAGS.random_init})')
+    seeds.append(FLAGS.random_init)
+    paths.append(paths[0])
+    loaded.append(load.reinitialized(loaded[0], FLAGS.random_init))
   results = {}
-  for label, path, model in zip(_labels(checkpoints, FLAGS.label), paths, loaded):
+  for label, path, model, seed in zip(labels, paths, loaded, seeds):
     pp = fewshot_cli.fewshot_config(model.resolution, batch).pp
-    results[label] = {'checkpoint': path, 'model': model.name,
+    results[label] = {'checkpoint': path, 'random_init': seed, 'model': model.name,
                       'resolution': model.resolution,
                       **layer_analysis.analyze(model, data, pp, mesh, options)}
   pictures = {

@@ -79,6 +79,9 @@ def define_analyze_flags() -> None:
   flags.DEFINE_list('probes', ['knn', 'linear'], 'Per-layer probes: knn, '
                     'linear (empty: none).')
   flags.DEFINE_integer('batch', 64, 'Batch size.')
+  flags.DEFINE_integer('random_init', None, "Also analyse the first checkpoint's "
+                       'architecture freshly initialised with this seed, as one more '
+                       'curve: the control the pre-trained models are read against.')
 
 
 def define_export_flags() -> None:
