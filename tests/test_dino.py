@@ -163,16 +163,16 @@ class StepTest(absltest.TestCase):
     self.assertEqual(jax.tree.structure(state.opt_state),
                      jax.tree.structure(self.tx.init(state.params)))
     # The loss sends no gradient to the teacher.
-    grads = jax.grad(lambda t: self.objective.stateful_loss(
+    grads = jax.jit(jax.grad(lambda t: self.objective.stateful_loss(
         state.params, {**own, dino.TEACHER: t}, self.batch, jax.random.PRNGKey(1),
-        jnp.int32(5))[0])(own[dino.TEACHER])
+        jnp.int32(5))[0]))(own[dino.TEACHER])
     self.assertTrue(all(float(jnp.abs(g).max()) == 0 for g in jax.tree.leaves(grads)))
     step = jax.jit(train_step.make_train_step(self.objective, self.tx))
     history, teacher_outputs = [state.params], []
+    project = jax.jit(self.objective.net.project)
     for _ in range(3):
-      teacher_outputs.append(self.objective.net.project(
-          state.extra[objectives.STATE_KEY][dino.TEACHER],
-          dino.views_first(self.batch['image'])))
+      teacher_outputs.append(project(state.extra[objectives.STATE_KEY][dino.TEACHER],
+                                     dino.views_first(self.batch['image'])))
       state, metrics = step(state, self.batch)
       history.append(state.params)
     self.assertIn('teacher_temp', metrics)
@@ -194,9 +194,10 @@ class StepTest(absltest.TestCase):
     objective = tiny_objective(freeze_last_layer_steps=2)
     state = self._init()
     own = state.extra[objectives.STATE_KEY]
+    grad = jax.jit(jax.grad(lambda p, s: objective.stateful_loss(
+        p, own, self.batch, jax.random.PRNGKey(1), s)[0]))
     for step, frozen in ((1, True), (2, False)):
-      grads = jax.grad(lambda p, s=step: objective.stateful_loss(
-          p, own, self.batch, jax.random.PRNGKey(1), jnp.int32(s))[0])(state.params)
+      grads = grad(state.params, jnp.int32(step))
       last = grads[dino_model.HEAD][f'{dino_model.LAST_LAYER}_kernel']
       self.assertEqual(float(jnp.abs(last).max()) == 0, frozen)
 
