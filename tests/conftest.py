@@ -2,17 +2,32 @@
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
-# The suite compiles hundreds of small programs and runs each for a few steps, so XLA's
-# code optimisation costs more than it saves: with these flags a tiny ViT's train step
-# compiles in 1.1 s instead of 6.1 s and runs 3x slower; results agree with the default
-# flags to float32 round-off (not bit for bit), and every run of the suite uses the same.
-os.environ.setdefault('XLA_FLAGS', ' '.join((
-    '--xla_force_host_platform_device_count=8',
-    '--xla_backend_optimization_level=0',
-    '--xla_llvm_disable_expensive_passes=true',
-    '--xla_cpu_use_fusion_emitters=false')))
+
+def _xla_flags() -> str:
+  """The suite's XLA flags: 8 CPU devices, and XLA's code optimisation off where it knows how.
+
+  The suite compiles hundreds of small programs and runs each for a few steps, so XLA's code
+  optimisation costs more than it saves: with these flags a tiny ViT's train step compiles
+  in 1.1 s instead of 6.1 s and runs 3x slower; results agree with the default flags to
+  float32 round-off. XLA aborts on a flag it does not know, so a jaxlib that dropped one of
+  them (tried once per session, in a subprocess) gets the device count only.
+  """
+  devices = '--xla_force_host_platform_device_count=8'
+  fast = ' '.join((devices, '--xla_backend_optimization_level=0',
+                   '--xla_llvm_disable_expensive_passes=true',
+                   '--xla_cpu_use_fusion_emitters=false'))
+  probe = subprocess.run([sys.executable, '-c', 'import jax; jax.devices("cpu")'],
+                         env={**os.environ, 'XLA_FLAGS': fast, 'JAX_PLATFORMS': 'cpu'},
+                         capture_output=True, check=False, timeout=300)
+  return fast if probe.returncode == 0 else devices
+
+
+if 'XLA_FLAGS' not in os.environ:
+  os.environ['XLA_FLAGS'] = _xla_flags()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # Many tests compile the same small train steps (in-process and in subprocesses);
