@@ -21,8 +21,7 @@ from vit_jax.configs import experiments
 from vit_jax.data import pipeline
 from vit_jax.parallel import host_memory
 from vit_jax.parallel import sharding
-from vit_jax.train import ema
-from vit_jax.train import step as step_lib
+from vit_jax.train import loop
 from vit_jax.train import validate
 
 _CONFIG = flags.DEFINE_string('config', 'quickstart', 'A shipped config name or a config file.')
@@ -35,15 +34,11 @@ def main(unused_argv) -> None:
   config = configs.load(experiments.resolve(_CONFIG.value))
   mesh = sharding.make_mesh(config.mesh, None)
   built = validate.validate(config, mesh)
-  image_shape = (1, config.pp.crop, config.pp.crop, 3)
-  init = lambda r: step_lib.init_state(  # noqa: E731
-      built.objective, built.tx, r, image_shape, lambda p: ema.init_extra(config, p))
+  init = loop.state_init(config, built.objective, built.tx)
   rng = jax.random.PRNGKey(config.seed)
   shardings = sharding.tree_shardings(jax.eval_shape(init, rng), mesh, config)
   state = jax.jit(init, out_shardings=shardings)(rng)
-  step = step_lib.jit_train_step(step_lib.make_train_step(
-      built.objective, built.tx, config.accum_steps, built.schedule,
-      ema.make_update(config)), mesh, shardings)
+  step = loop.jitted_step(config, built.objective, built.tx, built.schedule, mesh, shardings)
   batches = pipeline.make_train_iterator(config, mesh)
   fixed = next(batches)
   state, metrics = step(state, fixed)  # compiles

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from etils import epath
 import jax
@@ -104,9 +104,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   """The loop of train_and_evaluate, from the initial state to params.npz."""
   run_config = resolved_config(config, info.num_classes)  # what config.json records
   state, shardings, start = _initial_state(run_config, mesh, objective, tx, ckpt)
-  step_fn = step_lib.jit_train_step(step_lib.make_train_step(
-      objective, tx, config.accum_steps, schedule, ema.make_update(config)), mesh,
-                                    shardings)
+  step_fn = jitted_step(config, objective, tx, schedule, mesh, shardings)
   writer = writers.make_writer(workdir)
   evals = evaluators.create(config, evaluators.Context(
       config, model, mesh, objectives.example_loss(objective)))
@@ -177,12 +175,26 @@ def _record_config(config: ml_collections.ConfigDict, workdir: str,
     epath.Path(workdir, CONFIG_FILE).write_text(config.to_json_best_effort(indent=2))
 
 
+def state_init(config: ml_collections.ConfigDict, objective: objectives.Objective,
+               tx: Any) -> Callable[[Any], Any]:
+  """rng -> a new TrainState as the trainer creates it (weight-EMA slot included)."""
+  image_shape = (1, config.pp.crop, config.pp.crop, 3)
+  return lambda r: step_lib.init_state(
+      objective, tx, r, image_shape, lambda p: ema.init_extra(config, p))
+
+
+def jitted_step(config: ml_collections.ConfigDict, objective: objectives.Objective,
+                tx: Any, schedule: Any, mesh: jax.sharding.Mesh,
+                shardings: Any) -> Callable:
+  """The train step the loop runs: accumulation, learning-rate metric, weight EMA, jitted."""
+  return step_lib.jit_train_step(step_lib.make_train_step(
+      objective, tx, config.accum_steps, schedule, ema.make_update(config)), mesh, shardings)
+
+
 def _initial_state(config, mesh, objective, tx, ckpt) -> tuple[Any, Any, int]:
   """(state, its shardings, first step): resumed, or created sharded (+ pretrained)."""
   rng = jax.random.PRNGKey(config.seed)
-  image_shape = (1, config.pp.crop, config.pp.crop, 3)
-  init_fn = lambda r: step_lib.init_state(  # noqa: E731
-      objective, tx, r, image_shape, lambda p: ema.init_extra(config, p))
+  init_fn = state_init(config, objective, tx)
   abstract = jax.eval_shape(init_fn, rng)
   shardings = sharding.tree_shardings(abstract, mesh, config)
   sharded = jax.tree.map(
