@@ -117,6 +117,31 @@ class BenchmarkTest(absltest.TestCase):
       self.assertIn(message, err)
       self.assertEqual(len(err.strip().splitlines()), 1, err)
 
+  def test_dino_step_on_multi_crop_views(self):
+    res, out, err, code = _run(
+        ['--model=testing', '--objective=dino', '--batch=4', '--resolution=32',
+         '--local_crops=2', '--local_crop=16', '--steps=1', '--warmup=1', '--repeats=1',
+         '--dtype=float32', '--devices=1',
+         '--objective_options=out_dim=32,hidden_dim=16,bottleneck_dim=8'])
+    self.assertEqual(code, 0, err)
+    self.assertEqual(res['views'], '2 x 32px + 2 x 16px')
+    self.assertIn('views', {line.split()[0] for line in out.splitlines()})
+    args = benchmark.parse_args(['--model=testing', '--objective=dino', '--batch=2',
+                                 '--resolution=32', '--local_crops=2', '--local_crop=16'])
+    config = benchmark.make_config(args)
+    self.assertEqual(benchmark.settle(args, config).views, (2, 2, 16))
+    batch = benchmark._batch(benchmark.settle(args, config), 0)
+    self.assertEqual(batch['image'].shape, (2, 2, 32, 32, 3))
+    self.assertEqual(batch['local'].shape, (2, 2, 16, 16, 3))
+    # Every view is counted: more than two global images' worth, less than four.
+    one = flops.model_flops_per_image('testing', 32, train=True, num_classes=10)
+    self.assertGreater(res['gflops_per_image'] * 1e9, 2 * one)
+    self.assertLess(res['gflops_per_image'] * 1e9, 4 * one)
+    self.assertLess(res['xla_gflops_per_image'], 1.5 * res['gflops_per_image'])
+    _, _, err, code = _run(['--model=testing', '--objective=dino', '--compare=timm'])
+    self.assertEqual(code, 2)
+    self.assertIn('--compare=timm times a supervised step', err)
+
   def test_command_line_entry_point(self):
     proc = subprocess.run(
         [sys.executable, '-m', 'vit_jax.perf.benchmark', '--model=testing',

@@ -16,6 +16,7 @@ from vit_jax import models
 from vit_jax.configs import base
 from vit_jax.data import multicrop
 from vit_jax.data import pipeline
+from vit_jax.data import view_counts
 from vit_jax.models import dino as dino_model
 from vit_jax.models import from_config
 from vit_jax.parallel import sharding
@@ -314,11 +315,11 @@ class RecipeTest(absltest.TestCase):
     self.assertEqual(c.objectives.dino.freeze_last_layer_steps, total // 100)
     self.assertEqual((c.objectives.dino.out_dim, c.objectives.dino.teacher_temp,
                       c.objectives.dino.momentum_teacher), (65536, 0.04, 0.996))
-    self.assertEqual(multicrop.counts(c.pp), (2, 8, 96))
+    self.assertEqual(view_counts.counts(c.pp), (2, 8, 96))
     multicrop.check(c.pp)
     tx = optimizers.make(c, schedules.make(c))
     objective = objectives.make(c, from_config.build(c, 1000))
-    objective.check_views(c.pp.crop, multicrop.counts(c.pp))
+    objective.check_views(c.pp.crop, view_counts.counts(c.pp))
     state = jax.eval_shape(lambda r: train_step.init_state(
         objective, tx, r, (1, 224, 224, 3)), jax.random.PRNGKey(0))
     teacher = state.extra[objectives.STATE_KEY][dino.TEACHER]
@@ -338,7 +339,7 @@ class RecipeTest(absltest.TestCase):
     # The README's DINO rows were measured with exactly these knobs (configs/quickstart_ssl.py).
     c = configs.load(os.path.join(test_train.REPO, 'configs', 'quickstart_ssl.py:dino'))
     self.assertEqual((c.objective, c.batch, c.total_steps, c.base_lr), ('dino', 64, 2000, 1e-3))
-    self.assertEqual(multicrop.counts(c.pp), (2, 0, 96))
+    self.assertEqual(view_counts.counts(c.pp), (2, 0, 96))
     self.assertEqual(set(c.pp.multicrop.global_pp), {
         'inception_crop(28, 0.3, 1.0)|color_jitter(0.4, 0.4, 0.2, 0.1, 0.8)'})
     d = c.objectives.dino
@@ -346,7 +347,7 @@ class RecipeTest(absltest.TestCase):
                       d.center_momentum, d.norm_last_layer), (256, 0.02, 0.02, 0.99, 0.5, False))
     multicrop.check(c.pp)
     objectives.make(c, from_config.build(c, 10)).check_views(c.pp.crop,
-                                                            multicrop.counts(c.pp))
+                                                            view_counts.counts(c.pp))
 
 
 class TrainerTest(absltest.TestCase):

@@ -102,6 +102,32 @@ class OpKindsTest(absltest.TestCase):
                                          'kind': 'matmul', 'ms': 0.015,
                                          'calls': 0.5})
 
+  def test_cuda_graphs_are_their_own_kind_with_a_hint(self):
+    # XLA:GPU's command buffers: the trace has one span per graph launch, and the HLO
+    # names it after the copies or fusions inside, so neither may name its kind.
+    hlo = _GPU_HLO.replace('%copy.10 = bf16[32,64]{0,1} copy(%a)',
+                           '%command_buffer_89 = bf16[32,64]{0,1} copy(%a)')
+    events = [
+        {'ph': 'M', 'pid': 8, 'name': 'process_name',
+         'args': {'name': '/device:GPU:0'}},
+        {'ph': 'M', 'pid': 8, 'tid': 1, 'name': 'thread_name',
+         'args': {'name': 'XLA Ops'}},
+        {'ph': 'X', 'pid': 8, 'tid': 1, 'ts': 0, 'dur': 90, 'name': 'command_buffer_89',
+         'args': {'hlo_op': 'command_buffer_89', 'hlo_module': 'jit_step'}},
+        {'ph': 'X', 'pid': 8, 'tid': 1, 'ts': 95, 'dur': 10, 'name': 'cublas-gemm.5',
+         'args': {'hlo_op': 'cublas-gemm.5', 'hlo_module': 'jit_step'}},
+    ]
+    path = os.path.join(self.create_tempdir().full_path, 'g.trace.json.gz')
+    with gzip.open(path, 'wt') as f:
+      json.dump({'traceEvents': events}, f)
+    summary = profiling.summarize(path, steps=1, hlo_text=hlo)
+    self.assertEqual(summary['by_kind'], {'graph': 0.09, 'matmul': 0.01})
+    text = profiling.format_summary(summary)
+    self.assertIn('--xla_gpu_enable_command_buffer=', text)
+    self.assertEqual(profiling.kind_of_kernel('command_buffer_3'), 'graph')
+    self.assertNotIn('xla_gpu_enable_command_buffer', profiling.format_summary(
+        {**summary, 'by_kind': {'matmul': 0.01}}))
+
   def test_missing_trace_is_one_line(self):
     empty = self.create_tempdir().full_path
     with self.assertRaisesRegex(FileNotFoundError, 'no \\*.trace.json.gz'):

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from vit_jax.data import pp_registry
 from vit_jax.data import preprocess
+from vit_jax.data import view_counts
 
 JITTER = 'color_jitter(0.4, 0.4, 0.2, 0.1, 0.8)|grayscale(0.2)'
 
@@ -45,19 +46,6 @@ def _local(pp) -> str:
   return _crop(pp, pp.multicrop.local_crop, 'local_area') + '|blur(0.5)'
 
 
-def enabled(pp) -> bool:
-  """Whether training examples are multi-crop views."""
-  return bool(pp.get('multicrop', {}).get('global_pp', ()))
-
-
-def counts(pp) -> tuple[int, int, int]:
-  """(global views, local views, local crop size) of each example; (1, 0, 0) when off."""
-  if not enabled(pp):
-    return 1, 0, 0
-  m = pp.multicrop
-  return len(m.global_pp), m.local_crops, m.local_crop
-
-
 def _chain(text: str, pp) -> pp_registry.Chain:
   if not pp_registry.decodes_first(text, pp):
     text = 'decode|' + text
@@ -66,7 +54,7 @@ def _chain(text: str, pp) -> pp_registry.Chain:
 
 def check(pp) -> None:
   """One-line errors for multi-crop settings that cannot work (when it is on)."""
-  if not enabled(pp):
+  if not view_counts.enabled(pp):
     return
   m = pp.multicrop
   if isinstance(m.global_pp, str):

@@ -39,6 +39,7 @@ from vit_jax.data import plan
 from vit_jax.data import preprocess
 from vit_jax.data import reader
 from vit_jax.data import sources
+from vit_jax.data import view_counts
 from vit_jax.parallel import sharding as sharding_lib
 
 
@@ -154,7 +155,7 @@ def check_train_config(config, info) -> None:
     raise ValueError(f'config.pp.min_area={pp.min_area} must be in (0, 1]')
   if pp.num_channels not in (1, 3):
     raise ValueError(f'config.pp.num_channels={pp.num_channels} must be 1 or 3')
-  if multicrop.enabled(pp):
+  if view_counts.enabled(pp):
     multicrop.check(pp)
     if pp.mixup or pp.get('cutmix', 0.0):
       raise ValueError('config.pp.mixup / config.pp.cutmix mix single images; set them to '
@@ -235,7 +236,7 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   def example(el):
     image_bytes, label = parse(el['record'])
     seed = fold_in(fold_in(base_seed, 2 * el['shard']), el['position'])
-    if multicrop.enabled(pp):  # 'image' [views, ...] and 'local' [local views, ...]
+    if view_counts.enabled(pp):  # 'image' [views, ...] and 'local' [local views, ...]
       out = multicrop.views(image_bytes, seed, pp, spec.image_scale)
     else:
       out = {'image': preprocess.train_image(image_bytes, seed, pp, spec.image_scale)}

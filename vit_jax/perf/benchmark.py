@@ -5,7 +5,8 @@ r"""Throughput and MFU of the trainer's own train step (or the eval forward pass
       --mode=train --optimizer=adam --steps=20 --compare=timm
 
 Times exactly what the trainer runs: the model from the config (models.from_config),
-the named objective (supervised, masked_patch, mae), optimizer and schedule, and
+the named objective (supervised, masked_patch, mae, dino with its multi-crop views),
+optimizer and schedule, and
 train.step.make_train_step jitted with the trainer's mesh shardings and state donation,
 on a synthetic batch resident on the devices (--input=host feeds a fresh host batch
 each step instead). --config takes all of it from an experiment config (a file or a
@@ -38,7 +39,9 @@ from vit_jax import errors
 from vit_jax import fileio
 from vit_jax import models
 from vit_jax.configs import experiments
+from vit_jax.configs import recipes
 from vit_jax.data import catalog
+from vit_jax.data import view_counts
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
 from vit_jax.models import from_config
@@ -67,6 +70,8 @@ _CONFIG_FLAGS = {
     'remat': ('model', 'remat'), 'pad_multiple': ('model', 'attention_pad_multiple'),
     'scan_layers': ('model', 'scan_layers'),
     'patch_embedding': ('model', 'patch_embedding'), 'dropout': ('model', 'dropout_rate'),
+    'local_crops': ('pp', 'multicrop', 'local_crops'),
+    'local_crop': ('pp', 'multicrop', 'local_crop'),
 }
 
 
@@ -79,6 +84,8 @@ def _recipe_config(args: Any) -> Any:
     c.base_lr, c.weight_decay = 1e-3, 0.1
   else:  # fine-tuning recipe
     c.base_lr, c.weight_decay = 0.03, 0.0
+  if args.objective == 'dino':  # its batches are multi-crop views: DINO's 2 + 8
+    recipes.apply_dino_views(c)
   return c
 
 
@@ -118,7 +125,7 @@ def settle(args: Any, c: Any) -> types.SimpleNamespace:
   out.update(model=c.model_name, batch=c.batch, accum_steps=c.accum_steps,
              optimizer=c.optimizer, clip=c.grad_clip_norm, objective=c.objective,
              resolution=c.pp.crop, num_classes=num_classes, dtype=c.model.dtype,
-             attention=c.model.attention)
+             attention=c.model.attention, views=view_counts.counts(c.pp))
   return types.SimpleNamespace(**out)
 
 
@@ -212,13 +219,22 @@ def _time(fn, steps: int, warmup: int, repeats: int,
 
 
 def _batch(args: Any, seed: int) -> dict:
-  """A host batch: images in [-1, 1] and one-hot labels, as the pipeline gives."""
+  """A host batch: images in [-1, 1] and one-hot labels, as the pipeline gives.
+
+  Multi-crop configs (DINO) get 'image' [batch, global views, crop, crop, 3] and
+  'local' [batch, local views, local crop, local crop, 3], as vit_jax.data.multicrop.
+  """
   rng = np.random.default_rng(seed)
-  images = rng.uniform(-1, 1, (args.batch, args.resolution, args.resolution,
-                               3)).astype(np.float32)
+  n_global, n_local, local_crop = args.views
+  lead = (args.batch,) if args.views == (1, 0, 0) else (args.batch, n_global)
+  images = rng.uniform(-1, 1, lead + (args.resolution, args.resolution, 3))
   labels = np.eye(args.num_classes, dtype=np.float32)[
       rng.integers(0, args.num_classes, args.batch)]
-  return {'image': images, 'label': labels}
+  out = {'image': images.astype(np.float32), 'label': labels}
+  if n_local:
+    out['local'] = rng.uniform(-1, 1, (args.batch, n_local, local_crop, local_crop,
+                                       3)).astype(np.float32)
+  return out
 
 
 def _check(args: Any) -> None:
@@ -260,6 +276,9 @@ def run(args: Any) -> dict:
   model = from_config.build(config, args.num_classes)
   _check_model(args, model)
   peer = None
+  if args.compare == 'timm' and args.mode == 'train' and args.objective != 'supervised':
+    raise ValueError(f'--compare=timm times a supervised step, not --objective='
+                     f'{args.objective}: leave --compare out.')
   if args.compare == 'timm':
     # Before JAX claims a GPU: there the peer runs to the end before we start.
     peer = timm_peer.start(args.timm_python, model, args.resolution, args)
@@ -288,6 +307,9 @@ def _run(args: Any, config: Any, model: Any,
          'jax': jax.__version__}
   if args.config:
     res['config'] = args.config
+  if args.views != (1, 0, 0):
+    res['views'] = '{} x {}px + {} x {}px'.format(args.views[0], args.resolution,
+                                                 *args.views[1:])
   if 'attention' in models.family_of(model).options:
     res['attention'] = attention_lib.resolve_implementation(
         args.attention, jnp.dtype(dtype),
@@ -295,6 +317,8 @@ def _run(args: Any, config: Any, model: Any,
   schedule = schedules.make(config)
   tx = optimizers.make(config, schedule)
   objective = objectives.make(config, model)
+  if args.mode == 'train' and hasattr(objective, 'check_views'):
+    objective.check_views(args.resolution, args.views)
   image_shape = (1, args.resolution, args.resolution, 3)
   init_fn = lambda r: train_step.init_state(objective, tx, r, image_shape)  # noqa: E731
   abstract = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
@@ -356,7 +380,8 @@ def _run(args: Any, config: Any, model: Any,
   res['img_s_per_device'] = res['img_s'] / len(devices)
   res['peak_mem_gib'] = _memory(devices[0])
   if args.mode == 'train':  # the objective's own count (MAE encodes a quarter)
-    per_image = objectives.train_flops_per_image(objective, args.resolution)
+    per_image = objectives.train_flops_per_image(objective, args.resolution,
+                                                 args.views)
   else:
     per_image = flops.model_flops_per_image(model, args.resolution, train=False,
                                             num_classes=args.num_classes)
@@ -458,6 +483,9 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_list('objective_options', [], 'KEY=VALUE options of the objective '
                     '(config.objectives.<name>), e.g. decoder_depth=4,mask_ratio=0.5.',
                     **d)
+  flags.DEFINE_integer('local_crops', 8, 'DINO: local views per image (2 global views at '
+                       '--resolution, as the official recipe).', **d)
+  flags.DEFINE_integer('local_crop', 96, 'DINO: side of the local views in pixels.', **d)
   flags.DEFINE_integer('accum_steps', 1, 'Gradient accumulation steps.', **d)
   flags.DEFINE_integer('num_classes', 1000, 'Head width.', **d)
   flags.DEFINE_enum('dtype', 'auto', list(models.DTYPES),

@@ -15,7 +15,13 @@ import re
 from typing import Any, Optional
 
 KINDS = ('matmul', 'attention', 'conv', 'elementwise', 'reduction', 'copy',
-         'collective', 'other')
+         'collective', 'graph', 'other')
+# XLA:GPU launches runs of kernels as one CUDA graph (a command buffer); the trace times
+# the graph, not the kernels inside it.
+_GRAPH = 'command_buffer'
+GRAPH_HINT = ('graph: kernels XLA:GPU ran as CUDA graphs (command buffers), timed as a '
+              'whole; for the time of each kernel rerun with '
+              'XLA_FLAGS=--xla_gpu_enable_command_buffer=')
 _COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all',
                 'collective-permute', 'collective-broadcast')
 # Lines a device's trace holds besides its kernel streams and 'XLA Ops'.
@@ -93,6 +99,8 @@ def _kind_of_instruction(info: tuple, computations: dict) -> str:
 def kind_of_kernel(name: str) -> str:
   """A kind guessed from a kernel's name alone (ops the HLO text does not name)."""
   n = name.lower()
+  if _GRAPH in n:
+    return 'graph'
   if any(s in n for s in ('fmha', 'flash', 'attention', 'sdpa')):
     return 'attention'
   if any(s in n for s in ('gemm', 'xmma', 'cutlass', 'cublas', 'matmul')):
@@ -190,7 +198,8 @@ def summarize(trace_path: str, steps: int = 1, hlo_text: str = '',
     entry = ops[op]
     entry[0] += e['dur']
     entry[1] += 1
-    entry[2] = kinds.get(op) or kind_of_kernel(f"{op} {e['name']}")
+    entry[2] = ('graph' if op.startswith(_GRAPH) else
+                kinds.get(op) or kind_of_kernel(f"{op} {e['name']}"))
   total = sum(v[0] for v in ops.values())
   by_kind = collections.Counter()
   for dur, _, kind in ops.values():
@@ -214,6 +223,8 @@ def format_summary(summary: dict, top: int = 15,
            + (f' of a {step_ms:.3f} ms step' if step_ms else '') + ')']
   for kind, value in summary['by_kind'].items():
     lines.append(f'  {kind:12s} {value:9.3f} ms  {100 * value / max(total, 1e-12):5.1f}%')
+  if 'graph' in summary['by_kind']:
+    lines.append(f'  ({GRAPH_HINT})')
   lines.append(f'  top {min(top, len(summary["ops"]))} ops:')
   for op in summary['ops'][:top]:
     lines.append(f'  {op["ms"]:9.3f} ms  x{op["calls"]:<5g} {op["kind"]:11s} '

@@ -25,8 +25,8 @@ from vit_jax import checkpoint
 from vit_jax import evaluators
 from vit_jax import models
 from vit_jax import rundir
-from vit_jax.data import multicrop
 from vit_jax.data import pipeline
+from vit_jax.data import view_counts
 from vit_jax.models import families
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
@@ -267,7 +267,7 @@ class _Monitor:
     self._t0 = None  # wall clock after the first (compiling) step, for the ETA
     self._first = None
     self._flops = objectives.train_flops_per_image(objective, config.pp.crop,
-                                                   multicrop.counts(config.pp))
+                                                   view_counts.counts(config.pp))
     # The benchmark's rule (vit_jax.parallel.peaks.resolve_peak), so the two MFUs compare.
     self._peak, source = peaks.resolve_peak(
         config.peak_tflops or 'auto',

@@ -19,9 +19,9 @@ from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.configs import base
 from vit_jax.data import catalog
-from vit_jax.data import multicrop
 from vit_jax.data import pipeline
 from vit_jax.data import sources
+from vit_jax.data import view_counts
 from vit_jax.models import formats
 from vit_jax.models import from_config
 from vit_jax.models import mae
@@ -140,8 +140,8 @@ def validate(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> Buil
   objective = objectives.make(config, model)
   check_views = getattr(objective, 'check_views', None)
   if check_views is not None:  # objectives that train on multi-crop views
-    check_views(config.pp.crop, multicrop.counts(config.pp)
-                if multicrop.enabled(config.pp) else None)
+    check_views(config.pp.crop, view_counts.counts(config.pp)
+                if view_counts.enabled(config.pp) else None)
   _warn_unused_objective_options(config)
   _warn_mask_rounding(config, model)
   evaluators.check(config)

@@ -1,0 +1,92 @@
+"""Tests for tools/bench_plan.py, the runner of a GPU lease's benchmark rows."""
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import shlex
+
+from absl.testing import absltest
+
+from vit_jax.perf import benchmark
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tool():
+  spec = importlib.util.spec_from_file_location(
+      'bench_plan', os.path.join(REPO, 'tools', 'bench_plan.py'))
+  tool = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(tool)
+  return tool
+
+
+class BenchPlanTest(absltest.TestCase):
+
+  def test_plan_lines_and_their_errors(self):
+    tool = _tool()
+    rows = tool.parse_plan('# a comment\n\nbase | | --batch=8  # why\n'
+                           'lever:x | --xla_a=1 --xla_b=2 | --batch=8 --clip=0\n')
+    self.assertEqual(rows, [
+        {'name': 'base', 'xla': '', 'flags': ['--batch=8']},
+        {'name': 'lever:x', 'xla': '--xla_a=1 --xla_b=2',
+         'flags': ['--batch=8', '--clip=0']}])
+    with self.assertRaisesRegex(ValueError, 'plan line 2:.*NAME \\| XLA_FLAGS \\| FLAGS'):
+      tool.parse_plan('a | | --x\nb | --y\n')
+    with self.assertRaisesRegex(ValueError, 'unique'):
+      tool.parse_plan('a | | --x\na | | --y\n')
+
+  def test_shipped_plans_are_benchmark_command_lines(self):
+    tool = _tool()
+    for name in ('h100_levers.txt', 'h100_levers_2.txt'):
+      with open(os.path.join(REPO, 'tools', 'plans', name)) as f:
+        rows = tool.parse_plan(f.read())
+      self.assertIn('base', [r['name'] for r in rows])
+      for row in rows:  # an unknown or malformed flag raises here
+        benchmark.parse_args(row['flags'])
+
+  def test_best_row_takes_the_levers_that_pay(self):
+    tool = _tool()
+    done = [{'name': 'base', 'img_s': 100.0},
+            {'name': 'lever:a', 'xla': '--a', 'img_s': 103.0},
+            {'name': 'lever:b', 'xla': '--b', 'img_s': 101.0},
+            {'name': 'lever:c', 'xla': '--c', 'error': 'exit 1'},
+            {'name': 'other', 'xla': '--d', 'img_s': 150.0}]
+    self.assertEqual(tool.winning_flags(done, 0.02), '--a')
+    self.assertEqual(tool.winning_flags(done, 0.0), '--a --b')
+    self.assertEqual(tool.winning_flags(done[1:], 0.0), '')
+    table = tool.table(done)
+    self.assertRegex(table, r'lever:a\s+103\.0\s+1\.030')
+    self.assertIn('exit 1', table)
+
+  def test_rows_run_and_the_budget_skips_the_rest(self):
+    tool = _tool()
+    tmp = self.create_tempdir().full_path
+    plan, out = os.path.join(tmp, 'plan.txt'), os.path.join(tmp, 'rows.jsonl')
+    with open(plan, 'w') as f:
+      f.write('base | | --model=testing --batch=8 --devices=1 --resolution=32 '
+              '--dtype=float32\n'
+              'best | @best | --model=testing --batch=4\n')
+    printed = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the rows run `python -m vit_jax.perf.benchmark`
+    try:
+      with contextlib.redirect_stdout(printed):
+        code = tool.main([f'--plan={plan}', f'--out={out}', '--budget_s=1',
+                          '--common=' + shlex.join(['--steps=1', '--repeats=1',
+                                                    '--warmup=0', '--peak=1'])])
+    finally:
+      os.chdir(cwd)
+    self.assertEqual(code, 0)
+    with open(out) as f:
+      rows = [json.loads(line) for line in f]
+    self.assertEqual([r['name'] for r in rows], ['base'])
+    self.assertNotIn('error', rows[0], printed.getvalue()[-2000:])
+    self.assertEqual((rows[0]['batch'], rows[0]['model']), (8, 'testing'))
+    self.assertGreater(rows[0]['img_s'], 0)
+    self.assertRegex(printed.getvalue(), r'best\s.*skipped: budget spent')
+    self.assertEqual(tool.main([f'--plan={plan}.missing', f'--out={out}']), 2)
+
+
+if __name__ == '__main__':
+  absltest.main()
