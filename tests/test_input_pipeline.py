@@ -4,6 +4,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import numpy as np
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tests import tfds_testdata
@@ -242,10 +243,29 @@ class TrainPipelineTest(parameterized.TestCase):
     np.testing.assert_array_equal(batch['label'].sum(1), np.ones(8))
 
   def test_cache_gives_the_same_stream(self):
-    a = _batches(_tiny(), [1, 2], 9, 3)
-    b = _batches(_tiny(cache=True), [1, 2], 9, 3)
-    for x, y in zip(a, b):
-      np.testing.assert_array_equal(x['image'], y['image'])
+    # Cached records are parsed once (reader.parse_all); the batches stay bit-identical,
+    # labels (one-hot per batch, smoothed), mixing weights and indices included.
+    mixed = {'pp.label_smoothing': 0.1, 'pp.mixup': 0.5}
+    for overrides, shards in (({}, [1, 2]), (mixed, [0, 1, 2, 3]),
+                              ({'data_shards': 1, 'batch': 4}, [0])):
+      a = _batches(_tiny(**overrides), shards, 9, 3)
+      b = _batches(_tiny(cache=True, **overrides), shards, 9, 3)
+      for x, y in zip(a, b):
+        self.assertEqual(sorted(x), sorted(y))
+        for key in x:
+          np.testing.assert_array_equal(x[key], y[key], err_msg=f'{overrides} {key}')
+      if overrides is mixed:
+        self.assertAlmostEqual(float(b[0]['label'].max()), 0.9 + 0.1 / 3, places=6)
+
+  def test_parse_all_keeps_label_lists_per_example(self):
+    records = np.array([b'ab', b'c'], object)
+    parsed = reader.parse_all(records, lambda r: (r, tf.cast(tf.strings.length(r), tf.int64)))
+    np.testing.assert_array_equal(parsed[1], [2, 1])
+    self.assertEqual(list(parsed[0]), [b'ab', b'c'])
+    self.assertIsNone(reader.parse_all(
+        records, lambda r: (r, tf.fill([tf.strings.length(r)], tf.constant(1, tf.int64)))))
+    empty = reader.parse_all(np.zeros([0], object), lambda r: (r, tf.constant(0, tf.int64)))
+    self.assertEqual((empty[0].shape, empty[1].shape), ((0,), (0,)))
 
   def test_image_folder_dataset(self):
     root = tfds_testdata.tempdir(self, 'folder')

@@ -211,6 +211,7 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   num_shards = config.data_shards
   rows = config.batch // num_shards
   bounds = plan.shard_bounds(files.num_examples, num_shards)
+  parse = _parser(builder, spec)
   shuffle = config.shuffle_buffer > 1
   segment = max(1, _ceil_div(config.shuffle_buffer, num_shards)) if shuffle else 1024
   repeats = config.pp.get('repeats', 1)
@@ -218,30 +219,32 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   for v in shards:
     start = start_step * rows
     s = reader.shard_stream(files, bounds[v], segment, config.seed, v,
-                            start=start // repeats, shuffle=shuffle, cache=config.cache)
+                            start=start // repeats, shuffle=shuffle, cache=config.cache,
+                            parse=parse)
     if repeats > 1:
       s = _repeated(s, repeats).skip(start % repeats)  # a step may begin mid-copies
-    streams.append(s.map(reader.traced(
-        lambda el, v=v: dict(el, shard=tf.constant(v, tf.int64)))))
+    streams.append(s)
   # Round robin in blocks of `rows`: each batch is shard after shard, in ascending order.
   selector = tf.data.Dataset.from_tensor_slices(
       np.repeat(np.arange(len(shards), dtype=np.int64), rows)).repeat()
-  ds = tf.data.Dataset.choose_from_datasets(streams, selector)
-
-  parse = _parser(builder, spec)
+  ds = (streams[0] if len(streams) == 1 else
+        tf.data.Dataset.choose_from_datasets(streams, selector))
   pp = config.pp
   base_seed = tf.constant([config.seed, 0], tf.int64)
   fold_in = tf.random.experimental.stateless_fold_in
 
   def example(el):
-    image_bytes, label = parse(el['record'])
+    # Cached datasets come parsed (reader.shard_stream), the others as records.
+    image_bytes, label = ((el['image_bytes'], el['label']) if 'record' not in el
+                          else parse(el['record']))
     seed = fold_in(fold_in(base_seed, 2 * el['shard']), el['position'])
     if view_counts.enabled(pp):  # 'image' [views, ...] and 'local' [local views, ...]
       out = multicrop.views(image_bytes, seed, pp, spec.image_scale)
     else:
       out = {'image': preprocess.train_image(image_bytes, seed, pp, spec.image_scale)}
-    out.update(label=preprocess.targets(label, info.num_classes, pp.multi_hot,
-                                        pp.label_smoothing),
+    # Scalar labels become one-hot vectors per batch (targets_of_batch), label lists here.
+    out.update(label=(preprocess.targets(label, info.num_classes, True, pp.label_smoothing)
+                      if pp.multi_hot else label),
                index=el['index'])
     if pp.mixup > 0 or pp.get('cutmix', 0.0) > 0:
       # One draw per shard and step: every row of a shard's block gets the same one.
@@ -249,8 +252,14 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
       out.update(preprocess.mix_params(step_seed, pp))
     return out
 
+  def targets_of_batch(batch):
+    return dict(batch, label=preprocess.targets(batch['label'], info.num_classes,
+                                                smoothing=pp.label_smoothing))
+
   ds = ds.map(reader.traced(example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(rows * len(shards), drop_remainder=True)
+  if not pp.multi_hot:  # one op per batch instead of one per example; the same values
+    ds = ds.map(reader.traced(targets_of_batch))
   return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
 

@@ -8,7 +8,7 @@ one partial file beyond the range itself, and nothing is decoded.
 """
 import dataclasses
 import os
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -90,18 +90,37 @@ def load_records(files: SplitFiles, start: int, end: int) -> np.ndarray:
   return np.array(list(read_range(files, start, end).as_numpy_iterator()), dtype=object)
 
 
+def parse_all(records: np.ndarray, parse: Callable) -> Optional[tuple[np.ndarray, np.ndarray]]:
+  """(image bytes, labels) of every record, parsed once; None unless every label is a scalar.
+
+  `parse` maps a serialized record to (encoded image bytes, label).
+  """
+  ds = tf.data.Dataset.from_tensor_slices(tf.constant(records, tf.string)).map(
+      traced(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if ds.element_spec[1].shape.rank != 0:  # label lists (multi-hot datasets)
+    return None
+  images, labels = [np.zeros([0], object)], [np.zeros([0], np.int64)]
+  for image, label in ds.batch(4096).as_numpy_iterator():
+    images.append(image.astype(object))
+    labels.append(label.astype(np.int64))
+  return np.concatenate(images), np.concatenate(labels)
+
+
 def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, seed: int,
                  shard: int, start: int = 0, shuffle: bool = True,
-                 cache: bool = False) -> tf.data.Dataset:
+                 cache: bool = False, parse: Optional[Callable] = None) -> tf.data.Dataset:
   """The endless stream of one virtual shard from stream position `start`.
 
   Elements are {'record': serialized example, 'position': stream position, 'index': position
-  of the example in the split}. The reading order is vit_jax.data.plan's; with `cache` the
-  shard's records are read once into host memory instead of from disk for every segment.
+  of the example in the split, 'shard': `shard`}. The reading order is vit_jax.data.plan's;
+  with `cache` the shard's records are read once into host memory instead of from disk for
+  every segment, and with `parse` as well (record -> (image bytes, scalar label)) they are
+  parsed once there too: elements then carry 'image_bytes' and 'label' instead of 'record'.
   """
   lo, hi = bounds
   n = hi - lo
   records = load_records(files, lo, hi) if cache else None
+  parsed = parse_all(records, parse) if cache and parse is not None else None
   first, skip = plan.locate(n, segment_size, seed, shard, start, shuffle)
 
   def segment(q):
@@ -110,32 +129,38 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
     if q == first:
       seg = seg.skip(skip)
     offsets = seg.offsets()
+    no_pieces = np.zeros([0], np.int64)
+    if parsed is not None:
+      return (np.int64(seg.position), lo + offsets, parsed[0][offsets], parsed[1][offsets],
+              np.zeros([0], object), no_pieces, no_pieces, no_pieces)
     if cache:
-      no_pieces = np.zeros([0], np.int64)
-      return (np.int64(seg.position), lo + offsets, records[offsets],
+      return (np.int64(seg.position), lo + offsets, records[offsets], no_pieces,
               np.zeros([0], object), no_pieces, no_pieces, no_pieces)
     pieces = [files.pieces(lo + a, lo + b) for a, b in seg.ranges]
-    return (np.int64(seg.position), lo + offsets, np.zeros([0], object),
+    return (np.int64(seg.position), lo + offsets, np.zeros([0], object), no_pieces,
             np.array([p.encode() for r in pieces for p in r[0]], object),
             np.array([s for r in pieces for s in r[1]], np.int64),
             np.array([t for r in pieces for t in r[2]], np.int64),
             seg.order.astype(np.int64))
 
   def load(q):
-    position, index, cached, paths, skips, takes, order = tf.numpy_function(
-        segment, [q], [tf.int64, tf.int64, tf.string, tf.string, tf.int64, tf.int64,
-                       tf.int64])
-    if cache:
-      records = tf.reshape(cached, [-1])
+    position, index, cached, labels, paths, skips, takes, order = tf.numpy_function(
+        segment, [q], [tf.int64, tf.int64, tf.string, tf.int64, tf.string, tf.int64,
+                       tf.int64, tf.int64])
+    index = tf.reshape(index, [-1])
+    count = tf.shape(index, out_type=tf.int64)[0]
+    out = {'index': index, 'shard': tf.fill([count], tf.constant(shard, tf.int64)),
+           'position': tf.reshape(position, []) + tf.range(count, dtype=tf.int64)}
+    if parsed is not None:
+      out.update(image_bytes=tf.reshape(cached, [-1]), label=tf.reshape(labels, [-1]))
+    elif cache:
+      out['record'] = tf.reshape(cached, [-1])
     else:
       read = read_pieces(tf.reshape(paths, [-1]), tf.reshape(skips, [-1]),
                          tf.reshape(takes, [-1]))
       # A segment is loaded whole: its in-memory shuffle needs every record.
-      records = tf.gather(read.batch(segment_size + 1).get_single_element(), order)
-    index = tf.reshape(index, [-1])
-    count = tf.shape(index, out_type=tf.int64)[0]
-    return {'record': records, 'index': index,
-            'position': tf.reshape(position, []) + tf.range(count, dtype=tf.int64)}
+      out['record'] = tf.gather(read.batch(segment_size + 1).get_single_element(), order)
+    return out
 
   # Loading the next segment overlaps with emitting the current one.
   return tf.data.Dataset.counter(first).map(traced(load)).prefetch(1).unbatch()
