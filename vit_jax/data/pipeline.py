@@ -224,11 +224,12 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
     if repeats > 1:
       s = _repeated(s, repeats).skip(start % repeats)  # a step may begin mid-copies
     streams.append(s)
-  # Round robin in blocks of `rows`: each batch is shard after shard, in ascending order.
-  selector = tf.data.Dataset.from_tensor_slices(
-      np.repeat(np.arange(len(shards), dtype=np.int64), rows)).repeat()
-  ds = (streams[0] if len(streams) == 1 else
-        tf.data.Dataset.choose_from_datasets(streams, selector))
+  if len(streams) == 1:
+    ds = streams[0]
+  else:  # round robin in blocks of `rows`: each batch is shard after shard, ascending
+    selector = tf.data.Dataset.from_tensor_slices(
+        np.repeat(np.arange(len(shards), dtype=np.int64), rows)).repeat()
+    ds = tf.data.Dataset.choose_from_datasets(streams, selector)
   pp = config.pp
   base_seed = tf.constant([config.seed, 0], tf.int64)
   fold_in = tf.random.experimental.stateless_fold_in

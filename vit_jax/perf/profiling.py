@@ -2,7 +2,7 @@
 
 The benchmark's --profile_dir writes a trace (open it in TensorBoard's profile
 plugin or Perfetto) and prints `summarize`'s table: time per step by kind of
-op (matmul, attention, conv, elementwise, reduction, copy, collective, other)
+op (matmul, attention, conv, elementwise, reduction, copy, collective, graph, other)
 and the costliest ops. Kinds come from the compiled module's HLO text, so a
 fusion that holds a dot counts as matmul whatever its kernel is called.
 """
