@@ -13,9 +13,10 @@ config (a file or a shipped config's name); flags named on the command line over
 Prints img/s, step time, compile time, peak device memory, analytic FLOPs (train = 3x
 forward) and MFU against the peak it names (never above 1:
 vit_jax.parallel.peaks.utilization), with progress lines on stderr. With --compare=timm
-it times timm's VisionTransformer of the same dimensions (the repository's tools/bench_timm.py, torch code, in --timm_python):
-on a GPU first, under torch.compile; on CPU in eager float32 on the cores JAX uses, its
-windows alternated with ours; and prints the ratio. Needs neither TensorFlow nor a dataset.
+it times timm's VisionTransformer of the same dimensions (the repository's
+tools/bench_timm.py, torch code, in --timm_python): on a GPU first, under torch.compile;
+on CPU in eager float32 on the cores JAX uses, its windows alternated with ours; and
+prints the ratio. Needs neither TensorFlow nor a dataset.
 """
 import ast
 import json
