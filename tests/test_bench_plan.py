@@ -5,6 +5,7 @@ import io
 import json
 import os
 import shlex
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -70,15 +71,20 @@ class BenchPlanTest(absltest.TestCase):
               '--dtype=float32\n'
               'best | @best | --model=testing --batch=4\n')
     printed = io.StringIO()
+    cache = os.path.join(tmp, 'cache')
     cwd = os.getcwd()
     os.chdir(REPO)  # the rows run `python -m vit_jax.perf.benchmark`
     try:
-      with contextlib.redirect_stdout(printed):
+      with contextlib.redirect_stdout(printed), mock.patch.dict(
+          os.environ, {'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}):
+        os.environ.pop('JAX_COMPILATION_CACHE_DIR', None)  # the suite's own cache
         code = tool.main([f'--plan={plan}', f'--out={out}', '--budget_s=1',
+                          f'--compilation_cache={cache}',
                           '--common=' + shlex.join(['--steps=1', '--repeats=1',
                                                     '--warmup=0', '--peak=1'])])
     finally:
       os.chdir(cwd)
+    self.assertNotEmpty(os.listdir(cache))  # what later rows would load
     self.assertEqual(code, 0)
     with open(out) as f:
       rows = [json.loads(line) for line in f]
