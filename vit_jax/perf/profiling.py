@@ -121,7 +121,9 @@ def kind_of_kernel(name: str) -> str:
 def op_kinds(hlo_text: str) -> dict:
   """Maps every instruction name of an HLO module's text to one of KINDS."""
   instructions, computations = _parse_hlo(hlo_text)
-  return {name: _kind_of_instruction(info, computations)
+  # A command buffer is named for what it is; its opcode names only what it wraps.
+  return {name: 'graph' if name.startswith(_GRAPH) else
+          _kind_of_instruction(info, computations)
           for name, info in instructions.items()}
 
 
@@ -198,8 +200,7 @@ def summarize(trace_path: str, steps: int = 1, hlo_text: str = '',
     entry = ops[op]
     entry[0] += e['dur']
     entry[1] += 1
-    entry[2] = ('graph' if op.startswith(_GRAPH) else
-                kinds.get(op) or kind_of_kernel(f"{op} {e['name']}"))
+    entry[2] = kinds.get(op) or kind_of_kernel(f"{op} {e['name']}")
   total = sum(v[0] for v in ops.values())
   by_kind = collections.Counter()
   for dur, _, kind in ops.values():
