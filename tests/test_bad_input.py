@@ -315,7 +315,7 @@ class ConfigCheckTest(absltest.TestCase):
           node[field] = value
         workdir = os.path.join(self.create_tempdir().full_path, 'run')
         with self.assertRaisesRegex(ValueError, message) as caught:
-          loop.train_and_evaluate(config, workdir)
+          loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
         self.assertNotIn('\n', str(caught.exception))
         self.assertFalse(os.path.exists(workdir))
 

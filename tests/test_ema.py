@@ -110,7 +110,7 @@ class TrainerTest(absltest.TestCase):
     shutil.rmtree(cls.workdir, ignore_errors=True)
     cls.config = test_train.tiny_config(ema_decay=0.5)
     cls.config.evals.test.every = 4
-    cls.final = loop.train_and_evaluate(cls.config, cls.workdir)
+    cls.final = loop.train_and_evaluate(cls.config, cls.workdir, devices=jax.devices()[:1])
 
   def test_scored_and_exported(self):
     self.assertIn('accuracy_test_ema', self.final)
@@ -129,7 +129,7 @@ class TrainerTest(absltest.TestCase):
     shutil.rmtree(os.path.join(workdir, 'checkpoints', '8'))
     for name in ('params.npz', ema.PARAMS_FILE):
       os.remove(os.path.join(workdir, name))
-    loop.train_and_evaluate(self.config, workdir)
+    loop.train_and_evaluate(self.config, workdir, devices=jax.devices()[:1])
     for name in ('params.npz', ema.PARAMS_FILE):
       test_train.assert_trees_equal(
           self, checkpoint.load(os.path.join(workdir, name)),

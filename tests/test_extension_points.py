@@ -142,7 +142,7 @@ class ExtensionTest(absltest.TestCase):
     config = test_train.tiny_config(model_name='PatchMLP-7', checkpoint_every=0)
     for key in ('patches', 'hidden_size', 'mlp_dim', 'dropout_rate'):
       del config.model[key]  # the tiny ViT's overrides; the toy preset has its own
-    result = loop.train_and_evaluate(config, workdir)
+    result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertBetween(result['accuracy_test'], 0.0, 1.0)
     # The published-format export and the FLOP count come from the family record.
     path = os.path.join(workdir, loop.PARAMS_FILE)
@@ -163,7 +163,7 @@ class ExtensionTest(absltest.TestCase):
     config.model.attention = 'xla'
     with self.assertRaisesRegex(ValueError, r"config.model.attention='xla' does not "
                                 'apply to PatchMLP-7'):
-      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+      loop.train_and_evaluate(config, self.create_tempdir().full_path, devices=jax.devices()[:1])
 
   def test_evaluator(self):
     evaluators.register('param_norm', ParamNorm)
@@ -172,7 +172,7 @@ class ExtensionTest(absltest.TestCase):
     config = test_train.tiny_config(checkpoint_every=0)
     config.evals.weights = {'type': 'param_norm', 'every': 3, 'scale': 2.0}
     config.evals.test.every = 4
-    loop.train_and_evaluate(config, workdir)
+    loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     records = writers.read_metrics(workdir)
     self.assertEqual([r['step'] for r in records if 'weights/norm' in r], [3, 6, 8])
     self.assertEqual([r['step'] for r in records if 'accuracy_test' in r], [4, 8])
@@ -182,13 +182,13 @@ class ExtensionTest(absltest.TestCase):
     config.evals.weights.type = 'param_nrom'
     with self.assertRaisesRegex(ValueError, r"config.evals.weights.type='param_nrom' "
                                 'is unknown'):
-      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+      loop.train_and_evaluate(config, self.create_tempdir().full_path, devices=jax.devices()[:1])
 
   def test_optax_optimizer_by_name(self):
     workdir = self.create_tempdir().full_path
     config = test_train.tiny_config(optimizer='adabelief', checkpoint_every=0)
     config.optimizers.adabelief = {'b1': 0.8, 'b2': 0.99}
-    loop.train_and_evaluate(config, workdir)
+    loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     losses = _metrics(workdir, 'train_loss')
     self.assertLen(losses, 4)
     self.assertTrue(np.all(np.isfinite(losses)))
@@ -205,14 +205,14 @@ class ExtensionTest(absltest.TestCase):
     workdir = self.create_tempdir().full_path
     config = test_train.tiny_config(objective='squared_error', checkpoint_every=0)
     config.objectives.squared_error = {'weight': 3.0}
-    result = loop.train_and_evaluate(config, workdir)
+    result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertEqual(_metrics(workdir, 'toy_weight'), [3.0] * 4)
     # Evaluation reports the objective's own per-example loss: at most 2 * weight.
     self.assertBetween(result['loss_test'], 0.0, 6.0)
     config.objectives.squared_error = {'wieght': 3.0}
     with self.assertRaisesRegex(ValueError, r'objectives.squared_error.wieght is not '
                                 'an option'):
-      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+      loop.train_and_evaluate(config, self.create_tempdir().full_path, devices=jax.devices()[:1])
 
   def test_preprocessing_op(self):
     pp_registry.register('toy_mirror')(mirror)
@@ -226,7 +226,7 @@ class ExtensionTest(absltest.TestCase):
     config.pp.train = 'finetune|toy_mirror(2)'
     with self.assertRaisesRegex(ValueError, r"config.pp.train='finetune\|toy_mirror\(2\)': "
                                 "op 'toy_mirror': axis=2 must be 0 or 1"):
-      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+      loop.train_and_evaluate(config, self.create_tempdir().full_path, devices=jax.devices()[:1])
 
 
 if __name__ == '__main__':

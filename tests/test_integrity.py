@@ -74,7 +74,8 @@ class CheckpointFaultTest(absltest.TestCase):
     super().setUpClass()
     cls.tmp = tempfile.mkdtemp(prefix='vit_jax_integrity_')
     cls.reference_dir = os.path.join(cls.tmp, 'reference')
-    loop.train_and_evaluate(tiny_config(), cls.reference_dir)  # steps 4 and 8
+    loop.train_and_evaluate(tiny_config(), cls.reference_dir,  # steps 4 and 8
+                            devices=jax.devices()[:1])
 
   @classmethod
   def tearDownClass(cls):
@@ -100,7 +101,7 @@ class CheckpointFaultTest(absltest.TestCase):
     workdir = self._copy()
     damage(os.path.join(workdir, 'checkpoints', '8'))
     with self.assertLogs(level='WARNING') as logs:
-      loop.train_and_evaluate(tiny_config(**overrides), workdir)
+      loop.train_and_evaluate(tiny_config(**overrides), workdir, devices=jax.devices()[:1])
     named = [r for r in logs.output if 'checkpoints/8 is damaged' in r]
     self.assertLen(named, 1, logs.output)
     self.assertRegex(named[0], reason)
@@ -134,7 +135,7 @@ class CheckpointFaultTest(absltest.TestCase):
         checkpointer.NoGoodCheckpointError,
         r'No checkpoint in \S+ is intact: 8 \(.*bytes.*\); 4 \(.*CRC32.*\)\. Nothing was '
         'changed'):
-      loop.train_and_evaluate(tiny_config(), workdir)
+      loop.train_and_evaluate(tiny_config(), workdir, devices=jax.devices()[:1])
     self.assertEqual(_snapshot(workdir), before)
 
   def test_step_without_manifest_restores_with_one_warning(self):
@@ -142,7 +143,7 @@ class CheckpointFaultTest(absltest.TestCase):
     for step in ('4', '8'):  # as written before manifests existed
       os.remove(os.path.join(workdir, 'checkpoints', step, integrity.MANIFEST))
     with self.assertLogs(level='WARNING') as logs:
-      loop.train_and_evaluate(tiny_config(), workdir)
+      loop.train_and_evaluate(tiny_config(), workdir, devices=jax.devices()[:1])
     self.assertLen([r for r in logs.output if 'no checksum manifest' in r], 1)
     test_train.assert_trees_equal(self, test_train.final_params(workdir),
                                   test_train.final_params(self.reference_dir))
@@ -191,12 +192,12 @@ class CheckpointFaultTest(absltest.TestCase):
     with self.assertRaisesRegex(
         ValueError, r'these fields change the training math: batch: 16 -> 32\. .*'
         'allow_config_change=True'):
-      loop.train_and_evaluate(tiny_config(batch=32), workdir)
+      loop.train_and_evaluate(tiny_config(batch=32), workdir, devices=jax.devices()[:1])
     self.assertEqual(_snapshot(workdir), before)
 
   def test_changed_log_every_is_accepted_and_recorded(self):
     workdir = self._copy()
-    loop.train_and_evaluate(tiny_config(log_every=4), workdir)
+    loop.train_and_evaluate(tiny_config(log_every=4), workdir, devices=jax.devices()[:1])
     history = [json.loads(line) for line in
                open(os.path.join(workdir, resume.HISTORY_FILE))]
     self.assertEqual([(h['step'], h['changes'], h['math']) for h in history],
@@ -208,10 +209,10 @@ class CheckpointFaultTest(absltest.TestCase):
     workdir = self._copy()
     with self.assertLogs(level='WARNING') as logs:
       loop.train_and_evaluate(tiny_config(batch=32, allow_config_change=True),
-                              workdir)
+                              workdir, devices=jax.devices()[:1])
     self.assertTrue(any('batch: 16 -> 32' in r for r in logs.output), logs.output)
     loop.train_and_evaluate(tiny_config(batch=32, allow_config_change=True,
-                                        log_every=4), workdir)
+                                        log_every=4), workdir, devices=jax.devices()[:1])
     history = [json.loads(line) for line in
                open(os.path.join(workdir, resume.HISTORY_FILE))]
     self.assertEqual([h['changes'] for h in history],
@@ -225,7 +226,7 @@ class CheckpointFaultTest(absltest.TestCase):
     before = _snapshot(workdir)
     with self.assertRaisesRegex(checkpointer.CheckpointMismatchError,
                                 r'checkpoints/8 does not fit this model and optimizer'):
-      loop.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     self.assertEqual(_snapshot(workdir), before)  # nothing moved aside
 
   def test_which_fields_change_the_math(self):
@@ -255,7 +256,7 @@ class BadInputTest(absltest.TestCase):
     for overrides, message in cases:
       workdir = os.path.join(parent, 'run')
       with self.assertRaisesRegex(ValueError, message):
-        loop.train_and_evaluate(tiny_config(**overrides), workdir)
+        loop.train_and_evaluate(tiny_config(**overrides), workdir, devices=jax.devices()[:1])
       self.assertFalse(os.path.exists(workdir), overrides)
 
   def test_image_folder_of_corrupt_files_is_one_error_without_network_advice(self):
@@ -270,7 +271,7 @@ class BadInputTest(absltest.TestCase):
                     data_dir=self.create_tempdir().full_path)
     with self.assertRaisesRegex(ValueError, 'No readable image in .*train: all 4 '
                                 'files are unreadable') as e:
-      loop.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     self.assertNotIn('where the network reaches', str(e.exception))
     self.assertFalse(os.path.exists(workdir))
 
@@ -299,7 +300,7 @@ class CommandLineTest(absltest.TestCase):
   def test_resume_with_another_model_and_a_workdir_as_pretrained_path(self):
     workdir = self.create_tempdir().full_path
     loop.train_and_evaluate(tiny_config(total_steps=2, warmup_steps=1,
-                                        checkpoint_every=0), workdir)
+                                        checkpoint_every=0), workdir, devices=jax.devices()[:1])
     config = os.path.join(REPO, 'tests', 'tiny_train_config.py')
     line = self._main(f'--config={config}', f'--workdir={workdir}',
                       '--config.total_steps=2', '--config.warmup_steps=1',

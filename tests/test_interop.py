@@ -214,7 +214,7 @@ class FixtureParityTest(_TmpDirTest):
     config.model.num_layers, config.model.num_heads = 2, 2
     config.model.patches = {'size': (4, 4)}
     workdir = self.create_tempdir().full_path
-    result = loop.train_and_evaluate(config, workdir)
+    result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertBetween(result['accuracy_test'], 0.0, 1.0)
     params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
     self.assertEqual(params['head']['kernel'].shape, (16, 10))  # a new head
@@ -222,7 +222,7 @@ class FixtureParityTest(_TmpDirTest):
                      (1, 50, 16))  # 4x4 grid -> 7x7 + cls
     config.pretrained_path = FIXTURES  # a directory that is no checkpoint
     with self.assertRaisesRegex(ValueError, 'directory without config.json'):
-      loop.train_and_evaluate(config, self.create_tempdir().full_path)
+      loop.train_and_evaluate(config, self.create_tempdir().full_path, devices=jax.devices()[:1])
 
   def test_predict_loads_a_transformers_directory(self):
     loaded = load.load_model(None, os.path.join(FIXTURES, 'hf_classifier'))

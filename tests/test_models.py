@@ -51,9 +51,9 @@ def _count(tree) -> int:
 
 
 def _abstract_init(model, resolution: int, batch: int = 2):
+  """(variables, logits) as shapes; one trace of the model (init runs the forward pass)."""
   images = jax.ShapeDtypeStruct((batch, resolution, resolution, 3), jnp.float32)
-  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), images)
-  logits = jax.eval_shape(model.apply, variables, images)
+  logits, variables = jax.eval_shape(model.init_with_output, jax.random.PRNGKey(0), images)
   return variables, logits
 
 

@@ -352,7 +352,7 @@ class MinivalTest(absltest.TestCase):
 
     workdir = tfds_testdata.tempdir(self, 'run')
     with self.assertLogs(level='INFO') as logs:
-      final = loop.train_and_evaluate(c, workdir)
+      final = loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     self.assertTrue(any('ran faster than the measured peak' in line for line in logs.output))
     self.assertEqual(final['examples_minival'], 144)
     self.assertEqual(final['examples_test'], 360)

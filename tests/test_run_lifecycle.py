@@ -119,14 +119,14 @@ class FinishedRunTest(absltest.TestCase):
 
   def test_rerun_of_a_finished_run_says_so_and_writes_nothing(self):
     workdir = self.create_tempdir().full_path
-    first = loop.train_and_evaluate(test_train.tiny_config(), workdir)
+    first = loop.train_and_evaluate(test_train.tiny_config(), workdir, devices=jax.devices()[:1])
     before = _tree(workdir)
     # The config check builds the model and optimizer once; the run uses those (spies: the
     # real functions run).
     build = mock.patch.object(from_config, 'build', wraps=from_config.build)
     make_tx = mock.patch.object(optimizers, 'make', wraps=optimizers.make)
     with self.assertLogs(level='INFO') as logs, build as built, make_tx as made:
-      again = loop.train_and_evaluate(test_train.tiny_config(), workdir)
+      again = loop.train_and_evaluate(test_train.tiny_config(), workdir, devices=jax.devices()[:1])
     self.assertEqual((built.call_count, made.call_count), (1, 1))
     self.assertEqual(again['accuracy_test'], first['accuracy_test'])
     self.assertEqual(again['step'], 8)
@@ -163,7 +163,7 @@ class FailedStartTest(absltest.TestCase):
     workdir = os.path.join(root, 'runs', 'today', 'run')
     with self.assertRaisesRegex(ValueError, 'misfit.npz'):
       loop.train_and_evaluate(test_train.tiny_config(pretrained_path=self.misfit),
-                              workdir)
+                              workdir, devices=jax.devices()[:1])
     self.assertEqual(os.listdir(root), [])
 
   def test_existing_workdir_is_left_unchanged(self):
@@ -173,12 +173,13 @@ class FailedStartTest(absltest.TestCase):
     before = _tree(workdir)
     with self.assertRaisesRegex(ValueError, 'misfit.npz'):
       loop.train_and_evaluate(test_train.tiny_config(pretrained_path=self.misfit),
-                              workdir)
+                              workdir, devices=jax.devices()[:1])
     self.assertEqual(_tree(workdir), before)
 
   def test_resume_whose_data_fails_leaves_the_run_unchanged(self):
     workdir = self.create_tempdir().full_path
-    loop.train_and_evaluate(test_train.tiny_config(total_steps=4), workdir)
+    loop.train_and_evaluate(test_train.tiny_config(total_steps=4), workdir,
+                            devices=jax.devices()[:1])
     before = _tree(workdir)
     # A resume with a changed (allowed) config whose dataset cannot be read: the
     # changed config must not be recorded, nor a new events file left.
@@ -186,7 +187,7 @@ class FailedStartTest(absltest.TestCase):
     failing = mock.patch.object(loop.pipeline, 'make_train_iterator',
                                 side_effect=OSError('Could not prepare mnist5k'))
     with failing, self.assertRaisesRegex(OSError, 'Could not prepare'):
-      loop.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     self.assertEqual(_tree(workdir), before)
 
 

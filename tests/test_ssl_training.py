@@ -71,7 +71,7 @@ class MaeTrainingTest(absltest.TestCase):
     workdir = os.path.join(self.create_tempdir().full_path, 'ft')
     result = loop.train_and_evaluate(
         tiny_config(total_steps=2, warmup_steps=1, pretrained_path=os.path.join(
-            self.workdir, 'params.npz')), workdir)
+            self.workdir, 'params.npz')), workdir, devices=jax.devices()[:1])
     self.assertIn('accuracy_test', result)
     start = final_params(self.workdir)
     tuned = final_params(workdir)
@@ -108,7 +108,7 @@ class MaskedPatchTrainingTest(absltest.TestCase):
     base = self.create_tempdir().full_path
     full = os.path.join(base, 'full')
     c = ssl_config('masked_patch', total_steps=4, checkpoint_every=2)
-    loop.train_and_evaluate(c, full)
+    loop.train_and_evaluate(c, full, devices=jax.devices()[:1])
     records = writers.read_metrics(full)
     self.assertTrue(all(0 <= r['masked_patch_accuracy'] <= 1
                         for r in records if 'train_loss' in r))
@@ -118,7 +118,7 @@ class MaskedPatchTrainingTest(absltest.TestCase):
     shutil.rmtree(os.path.join(cut, 'checkpoints', '4'))
     for name in ('params.npz', 'masked_patch_params.npz'):
       os.remove(os.path.join(cut, name))
-    loop.train_and_evaluate(c, cut)
+    loop.train_and_evaluate(c, cut, devices=jax.devices()[:1])
     assert_trees_equal(self, final_params(cut), final_params(full))
     assert_trees_equal(
         self, checkpoint.load(os.path.join(cut, 'masked_patch_params.npz')),
@@ -127,7 +127,7 @@ class MaskedPatchTrainingTest(absltest.TestCase):
   def test_resume_compares_only_the_objective_in_use(self):
     workdir = os.path.join(self.create_tempdir().full_path, 'run')
     c = ssl_config('masked_patch', total_steps=2, warmup_steps=1)
-    loop.train_and_evaluate(c, workdir)
+    loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     unused = ssl_config('masked_patch', total_steps=2, warmup_steps=1)
     unused.objectives.mae.mask_ratio = 0.5  # another objective's option: no change
     self.assertEqual(resume.compare(unused, workdir).fields, {})
@@ -143,7 +143,7 @@ class MaskedPatchTrainingTest(absltest.TestCase):
     c = ssl_config('masked_patch', dataset=f'folder:{root}', eval_split='',
                    data_dir=tfds_testdata.tempdir(self), total_steps=2, warmup_steps=1,
                    data_shards=2, batch=8, pp=dict(tiny_config().pp, resize=28))
-    result = loop.train_and_evaluate(c, os.path.join(root, 'run'))
+    result = loop.train_and_evaluate(c, os.path.join(root, 'run'), devices=jax.devices()[:1])
     self.assertEqual(result['step'], 2)
 
 
@@ -152,7 +152,7 @@ class BadInputTest(absltest.TestCase):
   def _refused(self, config, pattern):
     workdir = os.path.join(self.create_tempdir().full_path, 'run')
     with self.assertRaisesRegex(ValueError, pattern):
-      loop.train_and_evaluate(config, workdir)
+      loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertFalse(os.path.exists(workdir))  # nothing created
 
   def test_errors_before_anything_is_created(self):

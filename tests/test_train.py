@@ -71,7 +71,8 @@ class TrainTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.reference_dir = os.path.join(tempfile.mkdtemp(), 'reference')
-    cls.reference = loop.train_and_evaluate(tiny_config(), cls.reference_dir)
+    cls.reference = loop.train_and_evaluate(tiny_config(), cls.reference_dir,
+                                            devices=jax.devices()[:1])
 
   def test_run_writes_everything(self):
     self.assertEqual(self.reference['examples_test'], 200)
@@ -113,13 +114,13 @@ class TrainTest(absltest.TestCase):
 
     threading.Thread(target=send_sigterm, daemon=True).start()
     with self.assertRaisesRegex(preemption.Preempted, 'Preempted at step'):
-      loop.train_and_evaluate(tiny_config(), workdir)
+      loop.train_and_evaluate(tiny_config(), workdir, devices=jax.devices()[:1])
     self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
     saved = sorted(int(s) for s in os.listdir(os.path.join(workdir,
                                                            'checkpoints'))
                    if s.isdigit())
     self.assertGreaterEqual(saved[-1], 4)
-    loop.train_and_evaluate(tiny_config(), workdir)
+    loop.train_and_evaluate(tiny_config(), workdir, devices=jax.devices()[:1])
     assert_trees_equal(self, final_params(workdir),
                        final_params(self.reference_dir))
 
@@ -140,7 +141,7 @@ class TrainTest(absltest.TestCase):
       time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    loop.train_and_evaluate(tiny_config(), workdir)
+    loop.train_and_evaluate(tiny_config(), workdir, devices=jax.devices()[:1])
     assert_trees_equal(self, final_params(workdir),
                        final_params(self.reference_dir))
 
@@ -167,7 +168,7 @@ class TrainTest(absltest.TestCase):
                     optimizer='sgd', base_lr=0.01)
     c.pp.resize = 40
     c.pp.crop = 35
-    result = loop.train_and_evaluate(c, workdir)
+    result = loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     self.assertEqual(result['examples_test'],
                      sources.get_dataset_info(c).num_eval)
     params = final_params(workdir)
@@ -186,7 +187,7 @@ class TrainTest(absltest.TestCase):
     c = tiny_config(base_lr=1e30, optimizer='sgd', warmup_steps=0,
                     grad_clip_norm=0.0, total_steps=12)
     with self.assertRaisesRegex(loop.NonFiniteError, r'at step \d+'):
-      loop.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     self.assertFalse(os.path.exists(os.path.join(workdir, 'params.npz')))
 
 
@@ -298,25 +299,26 @@ class ErrorTest(absltest.TestCase):
   def test_negative_peak(self):
     workdir = os.path.join(self.create_tempdir().full_path, 'run')
     with self.assertRaisesRegex(ValueError, r'config.peak_tflops=-1.0 must'):
-      loop.train_and_evaluate(tiny_config(peak_tflops=-1.0), workdir)
+      loop.train_and_evaluate(tiny_config(peak_tflops=-1.0), workdir, devices=jax.devices()[:1])
     self.assertFalse(os.path.exists(workdir))
 
   def test_unwritable_workdir(self):
     blocker = self.create_tempfile().full_path  # a file where a dir should be
     with self.assertRaisesRegex(ValueError, 'is not writable'):
-      loop.train_and_evaluate(tiny_config(), os.path.join(blocker, 'run'))
+      loop.train_and_evaluate(tiny_config(), os.path.join(blocker, 'run'),
+                              devices=jax.devices()[:1])
 
   def test_checkpoint_that_does_not_fit(self):
     workdir = self.create_tempdir().full_path
-    loop.train_and_evaluate(tiny_config(total_steps=4), workdir)
+    loop.train_and_evaluate(tiny_config(total_steps=4), workdir, devices=jax.devices()[:1])
     before = sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
     c = tiny_config(total_steps=8)
     c.model.hidden_size = 32
     with self.assertRaisesRegex(ValueError, 'model.hidden_size: 16 -> 32'):
-      loop.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     c.allow_config_change = True
     with self.assertRaisesRegex(ValueError, 'does not fit this model'):
-      loop.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
     self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
                      before)
 

@@ -70,7 +70,8 @@ class VariantsThroughTheProductTest(absltest.TestCase):
         how = manifest[name]
         workdir = os.path.join(root, name)
         fixture = os.path.join(FIXTURES, how['path'])
-        result = loop.train_and_evaluate(finetune_config(fixture, how, data_dir), workdir)
+        result = loop.train_and_evaluate(finetune_config(fixture, how, data_dir), workdir,
+                                         devices=jax.devices()[:1])
         losses = [v for k, v in result.items() if 'loss' in k]
         self.assertTrue(losses and np.all(np.isfinite(losses)), (name, result))
         params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))

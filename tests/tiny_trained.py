@@ -67,7 +67,7 @@ def trained() -> tuple[str, str, dict]:
   with open(os.path.join(root, '.lock'), 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if not os.path.exists(final):
-      result = loop.train_and_evaluate(config(data_dir), workdir)
+      result = loop.train_and_evaluate(config(data_dir), workdir, devices=jax.devices()[:1])
       with open(final + '.tmp', 'w') as f:
         json.dump({k: float(v) for k, v in result.items()}, f)
       os.replace(final + '.tmp', final)
