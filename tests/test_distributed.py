@@ -12,6 +12,7 @@ from absl.testing import parameterized
 import jax
 import numpy as np
 
+from tests import tfds_testdata
 from vit_jax import checkpoint
 from vit_jax.train import checkpointer
 from vit_jax.parallel import distributed
@@ -23,7 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_ARGS = ('--config=configs/quickstart.py', '--config.model.num_layers=1',
             '--config.total_steps=6', '--config.warmup_steps=2',
             '--config.decay_type=constant', '--config.log_every=1',
-            '--config.checkpoint_every=3', '--config.evals.test.every=0')
+            '--config.checkpoint_every=3', '--config.evals.test.every=0',
+            '--config.eval_split=test[:200]')
 
 _SLURM_STEP = {'SLURM_JOB_ID': '123', 'SLURM_STEP_NODELIST': 'node[001-002]',
                'SLURM_NTASKS': '16', 'SLURM_PROCID': '3', 'SLURM_LOCALID': '3'}
@@ -104,7 +106,9 @@ def _launch(num_processes: int, devices_per_process: int, workdir: str,
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
   result = subprocess.run(
       ['bash', os.path.join(REPO, 'launch', 'local.sh'), str(num_processes), '--',
-       *RUN_ARGS, f'--workdir={workdir}'],
+       *RUN_ARGS, f'--workdir={workdir}',
+       # The session's prepared digits, not the user's ~/tensorflow_datasets.
+       f'--config.data_dir={tfds_testdata.data_dir()}'],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
   if result.returncode:
     raise AssertionError(f'{num_processes}x{devices_per_process} run failed '
@@ -149,7 +153,6 @@ class MultiProcessTest(absltest.TestCase):
     cls.one_by_four = os.path.join(cls.root, 'one_by_four')
     cls.two_by_two = os.path.join(cls.root, 'two_by_two')
     cls.cache = os.path.join(cls.root, 'jax_cache')
-    # One process first: it also prepares the dataset the later runs share.
     _launch(1, 4, cls.one_by_four, cls.cache)
     cls.two_by_two_log = _launch(2, 2, cls.two_by_two, cls.cache)
     cls.losses = _losses(cls.one_by_four)

@@ -34,6 +34,7 @@ def tiny_config(**overrides):
   c.model.mlp_dim = 32
   c.model.dropout_rate = 0.1
   c.dataset = 'mnist5k'
+  c.data_dir = tfds_testdata.data_dir()  # prepared once per session, not in ~/tensorflow_datasets
   c.eval_split = 'test[:200]'  # evaluation is not what these tests are about
   c.pp.train = 'finetune'
   c.pp.resize = 32
@@ -198,7 +199,8 @@ class NumericsTest(absltest.TestCase):
     for dtype in ('float32', 'bfloat16'):
       c = configs.load(os.path.join(REPO, 'configs', 'quickstart.py'))
       c.update(dict(total_steps=60, warmup_steps=10, log_every=10,
-                    checkpoint_every=0, batch=64, eval_split='test[:200]'))
+                    checkpoint_every=0, batch=64, eval_split='test[:200]',
+                    data_dir=tfds_testdata.data_dir()))
       c.model.num_layers = 2  # the quickstart's blocks, fewer of them: seconds, not minutes
       # A class token without label smoothing falls clearly within 60 steps; the
       # quickstart's pooled, smoothed head needs a few hundred.
