@@ -92,7 +92,8 @@ class MaeTrainingTest(absltest.TestCase):
     proc = subprocess.run(
         [sys.executable, '-m', 'vit_jax.fewshot',
          f'--checkpoint={os.path.join(self.workdir, "params.npz")}', '--shots=2',
-         '--seeds=1', '--random_init=0'], capture_output=True, text=True,
+         '--seeds=1', '--random_init=0', f'--data_dir={tfds_testdata.data_dir()}'],
+        capture_output=True, text=True,
         env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertRegex(proc.stdout, r'fewshot/mnist5k_2shot: 0\.\d{4}')
@@ -166,7 +167,7 @@ class BadInputTest(absltest.TestCase):
     self._refused(c, r'mask_ratio=0.0 must lie strictly between 0 and 1')
     c = configs.get_base_config()
     c.update(model_name='Mixer-B_16', objective='mae', dataset='mnist5k', batch=16,
-             batch_eval=16)
+             batch_eval=16, data_dir=tfds_testdata.data_dir())
     self._refused(c, r"objective='mae' needs a ViT \(patch tokens\); MlpMixer has none")
 
   def test_command_line_is_one_line(self):
@@ -174,7 +175,8 @@ class BadInputTest(absltest.TestCase):
     proc = subprocess.run(
         [sys.executable, '-m', 'vit_jax.main',
          f'--config={os.path.join(REPO, "configs", "quickstart_ssl.py")}:mae',
-         f'--workdir={workdir}', '--config.objectives.mae.mask_ratio=1.5'],
+         f'--workdir={workdir}', '--config.objectives.mae.mask_ratio=1.5',
+         f'--config.data_dir={tfds_testdata.data_dir()}'],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO),
         timeout=300)
     self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
