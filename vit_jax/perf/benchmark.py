@@ -317,8 +317,8 @@ def _run(args: Any, config: Any, model: Any,
   schedule = schedules.make(config)
   tx = optimizers.make(config, schedule)
   objective = objectives.make(config, model)
-  if args.mode == 'train' and hasattr(objective, 'check_views'):
-    objective.check_views(args.resolution, args.views)
+  if args.mode == 'train':
+    objectives.check_views(objective, config.pp)
   image_shape = (1, args.resolution, args.resolution, 3)
   init_fn = lambda r: train_step.init_state(objective, tx, r, image_shape)  # noqa: E731
   abstract = jax.eval_shape(init_fn, jax.random.PRNGKey(0))

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax.data import view_counts
 from vit_jax.models import flops
 from vit_jax.models import mae
 from vit_jax.models import masked_patch
@@ -248,6 +249,13 @@ def auxiliary_params(objective: Objective, params: Params,
     return own(params, extra[STATE_KEY])
   aux = getattr(objective, 'auxiliary_params', None)
   return None if aux is None else aux(params)
+
+
+def check_views(objective: Objective, pp: ml_collections.ConfigDict) -> None:
+  """One-line errors where a multi-crop objective cannot train on the views `pp` makes."""
+  check = getattr(objective, 'check_views', None)
+  if check is not None:  # objectives that train on multi-crop views (DINO)
+    check(pp.crop, view_counts.counts(pp) if view_counts.enabled(pp) else None)
 
 
 def train_flops_per_image(objective: Objective, resolution: int,

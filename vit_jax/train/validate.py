@@ -21,7 +21,6 @@ from vit_jax.configs import base
 from vit_jax.data import catalog
 from vit_jax.data import pipeline
 from vit_jax.data import sources
-from vit_jax.data import view_counts
 from vit_jax.models import formats
 from vit_jax.models import from_config
 from vit_jax.models import mae
@@ -138,10 +137,7 @@ def validate(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> Buil
   # Preset, overrides, options; then the objective's options on that model.
   model = from_config.build(config, info.num_classes)
   objective = objectives.make(config, model)
-  check_views = getattr(objective, 'check_views', None)
-  if check_views is not None:  # objectives that train on multi-crop views
-    check_views(config.pp.crop, view_counts.counts(config.pp)
-                if view_counts.enabled(config.pp) else None)
+  objectives.check_views(objective, config.pp)
   _warn_unused_objective_options(config)
   _warn_mask_rounding(config, model)
   evaluators.check(config)
