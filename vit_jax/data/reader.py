@@ -121,6 +121,8 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
   n = hi - lo
   records = load_records(files, lo, hi) if cache else None
   parsed = parse_all(records, parse) if cache and parse is not None else None
+  if parsed is not None:
+    records = None  # the parsed copy replaces them: the split is not held twice
   first, skip = plan.locate(n, segment_size, seed, shard, start, shuffle)
 
   def segment(q):
