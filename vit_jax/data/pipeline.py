@@ -215,12 +215,13 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   shuffle = config.shuffle_buffer > 1
   segment = max(1, _ceil_div(config.shuffle_buffer, num_shards)) if shuffle else 1024
   repeats = config.pp.get('repeats', 1)
+  cached = (reader.cache_shards(files, [bounds[v] for v in shards], parse) if config.cache
+            else [None] * len(shards))
   streams = []
-  for v in shards:
+  for v, shard_cache in zip(shards, cached):
     start = start_step * rows
     s = reader.shard_stream(files, bounds[v], segment, config.seed, v,
-                            start=start // repeats, shuffle=shuffle, cache=config.cache,
-                            parse=parse)
+                            start=start // repeats, shuffle=shuffle, cached=shard_cache)
     if repeats > 1:
       s = _repeated(s, repeats).skip(start % repeats)  # a step may begin mid-copies
     streams.append(s)
@@ -235,7 +236,7 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   fold_in = tf.random.experimental.stateless_fold_in
 
   def example(el):
-    # Cached datasets come parsed (reader.shard_stream), the others as records.
+    # Cached datasets come parsed (reader.cache_shards), the others as records.
     image_bytes, label = ((el['image_bytes'], el['label']) if 'record' not in el
                           else parse(el['record']))
     seed = fold_in(fold_in(base_seed, 2 * el['shard']), el['position'])
