@@ -20,8 +20,10 @@ from vit_jax.train import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The quickstart, one encoder block deep, 6 steps; constant rate after warm-up so that a
-# run resumed at step 3 follows the same schedule as an uninterrupted one.
+# run resumed at step 3 follows the same schedule as an uninterrupted one; a given MFU peak
+# (no matmuls timed at start).
 RUN_ARGS = ('--config=configs/quickstart.py', '--config.model.num_layers=1',
+            '--config.peak_tflops=1',
             '--config.total_steps=6', '--config.warmup_steps=2',
             '--config.decay_type=constant', '--config.log_every=1',
             '--config.checkpoint_every=3', '--config.evals.test.every=0',
