@@ -29,6 +29,21 @@ FIXTURES = os.path.join(REPO, 'tests', 'testdata', 'interop')
 TIMM = os.path.join(FIXTURES, 'timm_vit.safetensors')  # 2 heads, 4x4 patches, 16 px
 
 
+# Runs `python -m MODULE ARGS...` and then says on stdout whether TensorFlow was loaded.
+_PROBE = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+  runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
+finally:
+  print('tensorflow loaded:', 'tensorflow' in sys.modules)
+"""
+# The mistakes a TensorFlow command reports before TensorFlow loads (vit_jax/cli/early.py).
+_BEFORE_TENSORFLOW = ('export below a file', 'export over its own checkpoint',
+                      'fewshot on an unknown dataset', 'analyze into a path below a file',
+                      'evaluate a file that names no dataset')
+
+
 def _env() -> dict:
   return dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu',
               TF_CPP_MIN_LOG_LEVEL='3')
@@ -156,16 +171,19 @@ class CommandsTest(absltest.TestCase):
             'exists and is not an empty directory'),
     }
     procs = {name: subprocess.Popen(
-        [sys.executable, '-m'] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=_env(), cwd=root) for name, (args, _) in cases.items()}
+        [sys.executable, '-c', _PROBE] + args, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=_env(), cwd=root)
+             for name, (args, _) in cases.items()}
     for name, proc in procs.items():
-      _, err = proc.communicate(timeout=600)
+      printed, err = proc.communicate(timeout=600)
       with self.subTest(name):
         self.assertEqual(proc.returncode, 2, f'{name}: {err[-2000:]}')
         lines = err.strip().splitlines()
         self.assertLen(lines, 1, f'{name}: {err[-2000:]}')
         self.assertRegex(lines[0], r'^vit_jax[.\w]*: error: ')
         self.assertIn(cases[name][1], lines[0])
+        if name in _BEFORE_TENSORFLOW:
+          self.assertIn('tensorflow loaded: False', printed, name)
     self.assertEqual(_digest(user), before)
     # Only the evaluation's dataset was prepared (into the data dir it was given).
     self.assertEqual(os.listdir(out), ['tfds'])

@@ -16,6 +16,10 @@ from vit_jax.cli import common
 
 if __name__ == '__main__':
   common.exit_on_help(sys.argv, common.define_export_flags)
+  # Flag mistakes that need no TensorFlow are one line before it loads.
+  from vit_jax.cli import early  # pylint: disable=g-import-not-at-top
+  common.check_early('vit_jax.export', sys.argv, common.define_export_flags,
+                     early.check_export)
   # Only now: the command's modules load TensorFlow, which --help does not need.
   from vit_jax.cli import export  # pylint: disable=g-import-not-at-top
   export.run()

@@ -19,6 +19,12 @@ def exit_on_help(argv: list[str], define_flags: Callable[[], None]) -> None:
   errors.exit_on_help(argv, define_flags)
 
 
+def check_early(prog: str, argv: list[str], define_flags: Callable[[], None],
+                check: Callable[[flags.FlagValues], None]) -> None:
+  """Checks flags before TensorFlow loads: one line, exit 2 on a mistake (errors.check_early)."""
+  errors.check_early(prog, argv, define_flags, check)
+
+
 def define_checkpoint_flags() -> None:
   """--model and --checkpoint, shared by the predict/visualize/fewshot commands."""
   flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '

@@ -9,6 +9,7 @@ import ml_collections
 from vit_jax import errors
 from vit_jax import configs
 from vit_jax.cli import common
+from vit_jax.cli import early
 from vit_jax.data import sources
 from vit_jax.evaluators import base
 from vit_jax.evaluators import classification
@@ -32,10 +33,7 @@ def eval_config(saved: Optional[dict[str, Any]], resolution: int, *,
     config.pp.update({k: pp[k] for k in _EVAL_PP if k in pp})
   else:  # no run config, or another resolution: the original vit_jax evaluation
     config.pp.update({'eval': 'resize', 'crop': resolution, 'resize': resolution})
-  config.dataset = dataset or saved.get('dataset') or ''
-  if not config.dataset:
-    raise ValueError('--dataset is needed: the checkpoint is not the params.npz of a '
-                     'vit_jax work directory, which would name its dataset.')
+  config.dataset = early.evaluation_dataset(saved, dataset)
   same_data = not dataset or dataset == saved.get('dataset')
   config.eval_split = split or (saved.get('eval_split', '') if same_data else '')
   config.data_dir = data_dir or saved.get('data_dir')
@@ -51,8 +49,7 @@ def main(argv: Sequence[str]) -> None:
     logging.set_verbosity(logging.WARNING)  # keep the output to the results
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  if FLAGS.batch < 0:
-    raise ValueError(f'--batch={FLAGS.batch} must be positive (0: 32 per device).')
+  early.check_evaluate(FLAGS)  # as the entry module did; for callers of run() alone
   checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
   loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution, FLAGS.num_heads)
   mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})

@@ -6,6 +6,7 @@ builds and prepares the TFDS builders). Recipes read sizes from here, e.g. the e
 steps arithmetic of the pre-training recipes.
 """
 import dataclasses
+import difflib
 from typing import Any
 
 # Label names TFDS only knows once the data is prepared, in label-id order.
@@ -126,5 +127,15 @@ _PREFIXES = ('synthetic[/<config>]', 'folder:<ROOT>', 'tfds:<name>')
 def known_names() -> list[str]:
   """Returns every accepted dataset name (prefix forms spelled with <...>)."""
   return sorted(DATASETS) + list(_PREFIXES)
+
+
+def check_name(name: str) -> None:
+  """A ValueError with the close matches unless `name` is a named dataset or a prefix form."""
+  if name in DATASETS or name == 'synthetic' or name.startswith(('synthetic/', 'folder:',
+                                                                   'tfds:')):
+    return
+  close = difflib.get_close_matches(name, list(DATASETS), n=3, cutoff=0.6)
+  hint = f' Did you mean {", ".join(map(repr, close))}?' if close else ''
+  raise ValueError(f'Unknown dataset {name!r}.{hint} Known: {", ".join(known_names())}')
 
 

@@ -21,7 +21,6 @@ e.g. cifar10 is known without a download. Embedded datasets and folders are alwa
 on first use (seconds), since that needs no network.
 """
 import contextlib
-import difflib
 import fcntl
 import io
 import logging
@@ -36,11 +35,13 @@ from vit_jax.data import builders
 from vit_jax.data.catalog import DATASETS
 from vit_jax.data.catalog import DatasetInfo
 from vit_jax.data.catalog import DatasetSpec
+from vit_jax.data.catalog import check_name
 from vit_jax.data.catalog import known_names
 
 
 def resolve(name: str) -> DatasetSpec:
   """Returns the DatasetSpec of a dataset name; unknown names raise a ValueError."""
+  check_name(name)
   if name in DATASETS:
     return DATASETS[name]
   if name == 'synthetic' or name.startswith('synthetic/'):
@@ -52,11 +53,7 @@ def resolve(name: str) -> DatasetSpec:
     eval_split = next((s for s in ('test', 'validation', 'val') if s in cfg.files), '')
     return DatasetSpec('image_folder', 'train', eval_split, len(cfg.class_names),
                        label_names=cfg.class_names, builder_config=cfg, local=True)
-  if name.startswith('tfds:'):
-    return DatasetSpec(name[len('tfds:'):], 'train', 'test', -1)
-  close = difflib.get_close_matches(name, list(DATASETS), n=3, cutoff=0.6)
-  hint = f' Did you mean {", ".join(map(repr, close))}?' if close else ''
-  raise ValueError(f'Unknown dataset {name!r}.{hint} Known: {", ".join(known_names())}')
+  return DatasetSpec(name[len('tfds:'):], 'train', 'test', -1)  # tfds:<name>
 
 
 class _CustomConfigFilter(logging.Filter):

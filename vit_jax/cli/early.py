@@ -1,0 +1,54 @@
+"""The checks of the TensorFlow commands' flags that need no TensorFlow, run before it loads.
+
+The entry modules (vit_jax/evaluate.py, fewshot.py, analyze.py, export.py) pass these to
+vit_jax.errors.check_early, so a wrong path, a missing --dataset or an unknown dataset name is
+one line in about two seconds; the commands check the same again when they run.
+"""
+from typing import Any, Optional
+
+from absl import flags
+
+from vit_jax import fileio
+from vit_jax.data import catalog
+from vit_jax.inference import load
+
+
+def _check_dataset_entries(entries) -> None:
+  """Each 'name' or 'name|train_split|test_split' names a known dataset."""
+  for entry in entries or ():
+    catalog.check_name(entry.split('|')[0])
+
+
+def evaluation_dataset(saved: Optional[dict[str, Any]], dataset: Optional[str]) -> str:
+  """The dataset vit_jax.evaluate reads: --dataset, else the run's (config.json beside it)."""
+  saved = saved if isinstance(saved, dict) and isinstance(saved.get('pp'), dict) else {}
+  name = dataset or saved.get('dataset') or ''
+  if not name:
+    raise ValueError('--dataset is needed: the checkpoint is not the params.npz of a '
+                     'vit_jax work directory, which would name its dataset.')
+  return name
+
+
+def check_evaluate(fv: flags.FlagValues) -> None:
+  """vit_jax.evaluate: --batch, and a dataset the flags or the work directory name."""
+  if fv.batch < 0:
+    raise ValueError(f'--batch={fv.batch} must be positive (0: 32 per device).')
+  checkpoint = load.resolve_checkpoint(fv.checkpoint)
+  _check_dataset_entries([evaluation_dataset(load.workdir_config(checkpoint), fv.dataset)])
+
+
+def check_fewshot(fv: flags.FlagValues) -> None:
+  """vit_jax.fewshot: the --datasets names."""
+  _check_dataset_entries(fv.datasets)
+
+
+def check_analyze(fv: flags.FlagValues) -> None:
+  """vit_jax.analyze: the --dataset name and where --out goes."""
+  _check_dataset_entries([fv.dataset] if fv.dataset else [])
+  fileio.check_output_dir(fv.out, '--out')
+
+
+def check_export(fv: flags.FlagValues) -> None:
+  """vit_jax.export: where --output goes (not over the checkpoint)."""
+  fileio.check_output(fv.output, '--output',
+                      [('--checkpoint', load.resolve_checkpoint(fv.checkpoint))])
