@@ -346,6 +346,18 @@ class ConfigCheckTest(absltest.TestCase):
         "config.objectives.mae.mask_ratio=0.9 is ignored: the run trains objective "
         "'supervised' (set --config.objective=mae to use it)."])
 
+  def test_a_mask_ratio_outside_0_1_fails_before_the_dataset_is_read(self):
+    data_dir = self.create_tempdir().full_path  # cifar10 is not there: reading it would fail
+    for objective in ('mae', 'masked_patch'):
+      config = test_train.tiny_config(objective=objective, dataset='cifar10',
+                                      data_dir=data_dir)
+      config.objectives[objective].mask_ratio = 1.5
+      with self.assertRaisesRegex(
+          ValueError, rf'^config.objectives.{objective}.mask_ratio=1.5 must lie strictly '
+          'between 0 and 1.$'):
+        validate.validate(config, self.mesh)
+    self.assertEqual(os.listdir(data_dir), [])
+
   def test_a_mask_ratio_that_rounds_is_named(self):
     config = self._config(objective='mae')
     config.model.representation_size = 0

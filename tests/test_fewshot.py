@@ -152,13 +152,17 @@ class EvaluatorTest(absltest.TestCase):
                      ['accuracy_test'] + names[::-1])
 
   def test_cli_on_a_workdir_prints_shots_in_numeric_order(self):
+    # No --data_dir: a work directory's run names it (its config.json). TFDS's default under
+    # HOME is unusable here (a file), so a fallback to it would fail.
+    home = self.create_tempdir().full_path
+    with open(os.path.join(home, 'tensorflow_datasets'), 'w') as f:
+      f.write('not a directory')
     proc = subprocess.run(
         [sys.executable, '-m', 'vit_jax.fewshot',
          f'--checkpoint={os.path.dirname(self.params_path)}',
-         '--datasets=mnist5k', '--shots=10,1,5', '--seeds=1',
-         f'--data_dir={self.data_dir}'],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO),
-        cwd=REPO, timeout=300)
+         '--datasets=mnist5k', '--shots=10,1,5', '--seeds=1'],
+        capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=REPO, HOME=home), cwd=REPO, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     lines = proc.stdout.strip().splitlines()
     self.assertEqual([line.split(': ')[0] for line in lines[-3:]],

@@ -46,7 +46,8 @@ def define_fewshot_flags() -> None:
   flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
                        "checkpoint's.")
   flags.DEFINE_integer('batch', 0, 'Batch size; 0: 8 per device.')
-  flags.DEFINE_string('data_dir', None, 'TFDS data dir.')
+  flags.DEFINE_string('data_dir', None, "TFDS data dir; default: the run's, for a vit_jax "
+                      'work directory.')
   flags.DEFINE_list('probes', ['fewshot'], 'Probes to run: fewshot, knn, linear_probe.')
   # Defaults of vit_jax.evaluators.knn / linear_probe, spelled here so --help loads no
   # TensorFlow (tests/test_knn.py checks they agree).

@@ -66,13 +66,14 @@ def main(argv: Sequence[str]) -> None:
   if any(w < 0 for w in decays) or not decays:
     raise ValueError(f'--weight_decays={",".join(FLAGS.weight_decays)}: use numbers '
                      '>= 0.')
-  loaded = load.load_model(FLAGS.model, FLAGS.checkpoint, FLAGS.resolution,
-                           FLAGS.num_heads)
+  checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
+  loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution, FLAGS.num_heads)
   if FLAGS.random_init is not None:
     loaded = load.reinitialized(loaded, FLAGS.random_init)
   mesh = sharding.make_mesh({'data': -1, 'fsdp': 1})
+  run = load.workdir_dataset(checkpoint)  # a work directory's run: its data_dir by default
   config = fewshot_config(loaded.resolution, FLAGS.batch or 8 * mesh.size,
-                          FLAGS.data_dir)
+                          FLAGS.data_dir or (run[1] if run else None))
   options = ml_collections.ConfigDict({
       'datasets': list(FLAGS.datasets), 'shots': shots, 'seeds': FLAGS.seeds,
       'k': FLAGS.knn_k, 'temperature': FLAGS.knn_temperature,

@@ -198,6 +198,9 @@ def check(config: ml_collections.ConfigDict) -> None:
   if config.objective not in OBJECTIVES:
     raise ValueError(f'config.objective={config.objective!r} is unknown; use one of '
                      f'{", ".join(OBJECTIVES)}.')
+  ratio = _options(config).get('mask_ratio')
+  if ratio is not None:  # before the dataset is read (the model checks it again)
+    mae.check_ratio(ratio, f'config.objectives.{config.objective}.mask_ratio')
   params = inspect.signature(OBJECTIVES[config.objective]).parameters
   if any(p.kind == p.VAR_KEYWORD for p in params.values()):
     return
