@@ -245,9 +245,11 @@ class TrainPipelineTest(parameterized.TestCase):
   def test_cache_gives_the_same_stream(self):
     # Cached records are read per run of adjacent shards and parsed once for all shards
     # (reader.cache_shards); the batches stay bit-identical, labels (one-hot per batch,
-    # smoothed), mixing weights and indices included. Shards 0 and 2, 3: two runs.
+    # smoothed), mixing weights and indices included. Shards 0 and 2, 3: two runs. Label
+    # lists (multi-hot) keep the serialized records instead.
     mixed = {'pp.label_smoothing': 0.1, 'pp.mixup': 0.5}
     for overrides, shards in (({}, [0, 2, 3]), (mixed, [0, 1, 2, 3]),
+                              ({'pp.multi_hot': True}, [0, 2, 3]),
                               ({'data_shards': 1, 'batch': 4}, [0])):
       a = _batches(_tiny(**overrides), shards, 9, 3)
       b = _batches(_tiny(cache=True, **overrides), shards, 9, 3)

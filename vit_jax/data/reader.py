@@ -154,9 +154,7 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
   """
   lo, hi = bounds
   n = hi - lo
-  cache = cached is not None
-  records = cached[0] if cache and len(cached) == 1 else None
-  parsed = cached if cache and len(cached) == 2 else None
+  parsed = cached is not None and len(cached) == 2  # (image bytes, labels), else (records,)
   first, skip = plan.locate(n, segment_size, seed, shard, start, shuffle)
 
   def segment(q):
@@ -166,11 +164,9 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
       seg = seg.skip(skip)
     offsets = seg.offsets()
     no_pieces = np.zeros([0], np.int64)
-    if parsed is not None:
-      return (np.int64(seg.position), lo + offsets, parsed[0][offsets], parsed[1][offsets],
-              np.zeros([0], object), no_pieces, no_pieces, no_pieces)
-    if cache:
-      return (np.int64(seg.position), lo + offsets, records[offsets], no_pieces,
+    if cached is not None:
+      labels = cached[1][offsets] if parsed else no_pieces
+      return (np.int64(seg.position), lo + offsets, cached[0][offsets], labels,
               np.zeros([0], object), no_pieces, no_pieces, no_pieces)
     pieces = [files.pieces(lo + a, lo + b) for a, b in seg.ranges]
     return (np.int64(seg.position), lo + offsets, np.zeros([0], object), no_pieces,
@@ -180,17 +176,17 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
             seg.order.astype(np.int64))
 
   def load(q):
-    position, index, cached, labels, paths, skips, takes, order = tf.numpy_function(
+    position, index, examples, labels, paths, skips, takes, order = tf.numpy_function(
         segment, [q], [tf.int64, tf.int64, tf.string, tf.int64, tf.string, tf.int64,
                        tf.int64, tf.int64])
     index = tf.reshape(index, [-1])
     count = tf.shape(index, out_type=tf.int64)[0]
     out = {'index': index, 'shard': tf.fill([count], tf.constant(shard, tf.int64)),
            'position': tf.reshape(position, []) + tf.range(count, dtype=tf.int64)}
-    if parsed is not None:
-      out.update(image_bytes=tf.reshape(cached, [-1]), label=tf.reshape(labels, [-1]))
-    elif cache:
-      out['record'] = tf.reshape(cached, [-1])
+    if parsed:
+      out.update(image_bytes=tf.reshape(examples, [-1]), label=tf.reshape(labels, [-1]))
+    elif cached is not None:
+      out['record'] = tf.reshape(examples, [-1])
     else:
       read = read_pieces(tf.reshape(paths, [-1]), tf.reshape(skips, [-1]),
                          tf.reshape(takes, [-1]))
