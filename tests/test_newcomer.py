@@ -203,7 +203,7 @@ class TrainedWorkdirTest(absltest.TestCase):
     records = rundir.read_metrics(self.workdir)
     self.assertEqual(records, rundir.read_metrics(
         os.path.join(self.workdir, rundir.METRICS_FILE)))
-    self.assertEqual([r['step'] for r in records if 'train_loss' in r], [100, 200, 300])
+    self.assertEqual([r['step'] for r in records if 'train_loss' in r], [50, 100, 150, 200])
 
   def test_predict_names_classes_after_the_runs_dataset(self):
     proc = subprocess.run(
@@ -226,7 +226,7 @@ class TrainedWorkdirTest(absltest.TestCase):
       self.assertEqual((img.format, img.size), ('PNG', (900, 360)))
     records = curves.read_metrics(self.workdir)
     steps, losses = curves.series(records, 'train_loss')
-    self.assertEqual(steps.tolist(), [100, 200, 300])
+    self.assertEqual(steps.tolist(), [50, 100, 150, 200])
     self.assertLess(losses[-1], losses[0])
 
   def test_plot_errors_are_one_line(self):

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from tests import tfds_testdata
+from tests.tiny_train_config import tiny_config  # also test_train.tiny_config in other tests
 from vit_jax import checkpoint
 from vit_jax import configs
 from vit_jax.data import sources
@@ -23,38 +24,6 @@ from vit_jax.train import timing
 from vit_jax.train import writers as metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny_config(**overrides):
-  """A ViT of width 16 on 28x28 digits: a few seconds per run on CPU."""
-  c = configs.get_base_config()
-  c.model_name = 'testing'
-  c.model.patches = {'size': (7, 7)}
-  c.model.hidden_size = 16
-  c.model.mlp_dim = 32
-  c.model.dropout_rate = 0.1
-  c.dataset = 'mnist5k'
-  c.data_dir = tfds_testdata.data_dir()  # prepared once per session, not in ~/tensorflow_datasets
-  c.eval_split = 'test[:200]'  # evaluation is not what these tests are about
-  c.pp.train = 'finetune'
-  c.pp.resize = 32
-  c.pp.crop = 28
-  c.pp.flip = False
-  c.shuffle_buffer = 1000
-  c.batch = 16
-  c.batch_eval = 200
-  c.optimizer = 'adam'
-  c.base_lr = 1e-3
-  c.warmup_steps = 2
-  c.total_steps = 8
-  c.log_every = 2
-  c.evals.test.every = 0
-  c.checkpoint_every = 4
-  # A given peak: no matmuls timed at start (~1-2 s a run); TrainTest's reference run
-  # measures it, as a user's run does.
-  c.peak_tflops = 1.0
-  c.update(overrides)
-  return c
 
 
 def final_params(workdir):
@@ -213,7 +182,7 @@ class NumericsTest(absltest.TestCase):
       c.model.dtype = dtype
       c.peak_tflops = 1.0  # a given MFU peak: no matmuls timed at start
       workdir = self.create_tempdir().full_path
-      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:2])
+      loop.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
       losses[dtype] = [r['train_loss'] for r in metrics.read_metrics(workdir)
                        if 'train_loss' in r]
     f32, bf16 = np.array(losses['float32']), np.array(losses['bfloat16'])
