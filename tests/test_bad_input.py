@@ -38,10 +38,12 @@ try:
 finally:
   print('tensorflow loaded:', 'tensorflow' in sys.modules)
 """
-# The mistakes a TensorFlow command reports before TensorFlow loads (vit_jax/cli/early.py).
+# The mistakes a TensorFlow command reports before TensorFlow loads (vit_jax/cli/early.py;
+# the trainer's: vit_jax/train/precheck.py).
 _BEFORE_TENSORFLOW = ('export below a file', 'export over its own checkpoint',
                       'fewshot on an unknown dataset', 'analyze into a path below a file',
-                      'evaluate a file that names no dataset')
+                      'evaluate a file that names no dataset',
+                      'train from a missing checkpoint', 'train with a mask ratio of 1.5')
 
 
 def _env() -> dict:
@@ -117,6 +119,14 @@ class CommandsTest(absltest.TestCase):
     os.makedirs(out)
     u = lambda *p: os.path.join(user, *p)  # pylint: disable=unnecessary-lambda-assignment
     cases = {
+        'train from a missing checkpoint': (
+            ['vit_jax.main', '--config=quickstart', f'--workdir={out}/run',
+             f'--config.pretrained_path={u("nope.npz")}'],
+            f'Checkpoint {u("nope.npz")} does not exist'),
+        'train with a mask ratio of 1.5': (
+            ['vit_jax.main', '--config=quickstart_ssl:mae', f'--workdir={out}/run',
+             '--config.objectives.mae.mask_ratio=1.5'],
+            'config.objectives.mae.mask_ratio=1.5 must lie strictly between 0 and 1'),
         'convert to a linked spelling of the source': (
             ['vit_jax.convert', f'--from={src}', f'--to={u("link", "params.npz")}',
              '--drop_head'], 'is the same file as --from='),

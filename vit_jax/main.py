@@ -24,6 +24,9 @@ if __name__ == '__main__':
   rest = train_flags.parse_flags(sys.argv)  # a mistake: one line, exit status 2
   train_flags.exit_on_print_config()
   train_flags.retain_host_memory()  # before JAX starts its CPU threads
+  # The config checks that need no devices or TensorFlow (a second's imports, not --help's).
+  from vit_jax.cli import early  # pylint: disable=g-import-not-at-top
+  early.check_training(train_flags.CONFIG.value)
   # Only now: the trainer's modules load TensorFlow, which the above do not need.
   from vit_jax.cli import main  # pylint: disable=g-import-not-at-top
   main.run(rest)

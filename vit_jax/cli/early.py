@@ -2,15 +2,21 @@
 
 The entry modules (vit_jax/evaluate.py, fewshot.py, analyze.py, export.py) pass these to
 vit_jax.errors.check_early, so a wrong path, a missing --dataset or an unknown dataset name is
-one line in about two seconds; the commands check the same again when they run.
+one line in about two seconds; the commands check the same again when they run. vit_jax/main.py
+calls check_training, the trainer's own checks that need no devices or data.
 """
+import sys
 from typing import Any, Optional
 
 from absl import flags
+import ml_collections
 
+from vit_jax import errors
 from vit_jax import fileio
+from vit_jax.cli import train_flags
 from vit_jax.data import catalog
 from vit_jax.inference import load
+from vit_jax.train import precheck
 
 
 def _check_dataset_entries(entries) -> None:
@@ -52,3 +58,20 @@ def check_export(fv: flags.FlagValues) -> None:
   """vit_jax.export: where --output goes (not over the checkpoint)."""
   fileio.check_output(fv.output, '--output',
                       [('--checkpoint', load.resolve_checkpoint(fv.checkpoint))])
+
+
+def check_training(config: ml_collections.ConfigDict) -> None:
+  """vit_jax.main: train.precheck on the parsed config; a mistake is one line and exit 2.
+
+  It starts neither JAX's backend nor TensorFlow: jax.distributed must start first.
+  """
+  if config is None:  # vit_jax.main's own usage error names it
+    return
+  train_flags.expand_home(config)
+  try:
+    precheck.check(config)
+  except (ValueError, OSError) as e:
+    if train_flags.DEBUG.value:
+      raise
+    print(f'vit_jax: error: {e}', file=sys.stderr)
+    sys.exit(errors.USER_ERROR)

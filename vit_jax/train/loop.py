@@ -34,6 +34,7 @@ from vit_jax.train import checkpointer
 from vit_jax.train import ema
 from vit_jax.train import layer_decay
 from vit_jax.train import objectives
+from vit_jax.train import precheck
 from vit_jax.train import preemption
 from vit_jax.train import resume
 from vit_jax.train import step as step_lib
@@ -205,7 +206,7 @@ def _initial_state(config, mesh, objective, tx, ckpt) -> tuple[Any, Any, int]:
     logging.info('Resuming from %s/%d.', ckpt.directory, start)
     return state, shardings, start
   state = jax.jit(init_fn, out_shardings=shardings)(rng)
-  path = validate.pretrained_file(config)
+  path = precheck.pretrained_file(config)
   if path:
     init_params = sharding.to_host(objective.model_params(state.params))
     params = checkpoint.load_pretrained(
