@@ -121,18 +121,19 @@ DATASETS = {
     'digits': DatasetSpec('digits', 'train', 'test', 10, 1437, 360, local=True),
     **{f'vtab/{task}': spec for task, spec in _VTAB.items()},
 }
-_PREFIXES = ('synthetic[/<config>]', 'folder:<ROOT>', 'tfds:<name>')
+# The prefix forms of dataset names: the prefix, and how known_names spells the form.
+_PREFIXES = {'synthetic/': 'synthetic[/<config>]', 'folder:': 'folder:<ROOT>',
+             'tfds:': 'tfds:<name>'}
 
 
 def known_names() -> list[str]:
   """Returns every accepted dataset name (prefix forms spelled with <...>)."""
-  return sorted(DATASETS) + list(_PREFIXES)
+  return sorted(DATASETS) + list(_PREFIXES.values())
 
 
 def check_name(name: str) -> None:
   """A ValueError with the close matches unless `name` is a named dataset or a prefix form."""
-  if name in DATASETS or name == 'synthetic' or name.startswith(('synthetic/', 'folder:',
-                                                                   'tfds:')):
+  if name in DATASETS or name == 'synthetic' or name.startswith(tuple(_PREFIXES)):
     return
   close = difflib.get_close_matches(name, list(DATASETS), n=3, cutoff=0.6)
   hint = f' Did you mean {", ".join(map(repr, close))}?' if close else ''
