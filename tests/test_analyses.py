@@ -2,12 +2,12 @@
 the per-layer token extraction, DINO's class-attention maps and `vit_jax.analyze`."""
 import json
 import os
-import subprocess
 import sys
 
 from absl.testing import absltest
 import numpy as np
 
+from tests import commands
 from tests import tiny_trained
 from vit_jax.evaluators import features
 from vit_jax.inference import analyses
@@ -143,19 +143,18 @@ class ModelTest(absltest.TestCase):
         (['--dataset=mnist5k|train|nope'], "'nope'"),   # after the checkpoint is read
     ]
     for extra, message in bad:
-      proc = subprocess.run(command + extra, capture_output=True, text=True, env=env,
-                            cwd=REPO, timeout=300)
+      proc = commands.run(command + extra, env=env, cwd=REPO, timeout=300)
       self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
       lines = proc.stderr.strip().splitlines()
       self.assertLen(lines, 1, proc.stderr)
       self.assertStartsWith(lines[0], 'vit_jax.analyze: error: ')
       self.assertIn(message, lines[0])
       self.assertFalse(os.path.exists(out))
-    proc = subprocess.run(
+    proc = commands.run(
         command + [f'--checkpoint={self.workdir}/params.npz', '--label=a', '--label=b',
                    '--dataset=mnist5k|train[:200]|test[:100]', '--probes=knn',
                    '--random_init=1'],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        env=env, cwd=REPO, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertEqual(sorted(os.listdir(out)), [
         'analysis.json', 'attention_distance.png', 'fourier.png', 'layer_accuracy.png',

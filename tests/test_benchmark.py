@@ -13,6 +13,7 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 
+from tests import commands
 from vit_jax.perf import benchmark
 from vit_jax.perf import timm_peer
 from vit_jax.models import flops
@@ -143,11 +144,10 @@ class BenchmarkTest(absltest.TestCase):
     self.assertIn('--compare=timm times a supervised step', err)
 
   def test_command_line_entry_point(self):
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.perf.benchmark', '--model=testing',
          '--batch=4', '--resolution=32', '--steps=1', '--warmup=0',
          '--repeats=1', '--dtype=float32', '--devices=1', '--mode=infer'],
-        capture_output=True, text=True, check=False,
         # No JAX_PLATFORMS: jax probes every backend, as on a user's machine.
         env={k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'})
     self.assertEqual(proc.returncode, 0, proc.stderr[-500:])

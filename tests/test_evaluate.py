@@ -1,7 +1,6 @@
 """`python -m vit_jax.evaluate`: a checkpoint's accuracy and loss on a split, every example once."""
 import os
 import re
-import subprocess
 import sys
 
 from absl.testing import absltest
@@ -9,6 +8,7 @@ import numpy as np
 import optax
 import tensorflow_datasets as tfds
 
+from tests import commands
 from tests import tiny_trained
 from vit_jax.data import sources
 from vit_jax.models import formats
@@ -21,8 +21,8 @@ _LINE = re.compile(r'^(\S+) (\S+): accuracy ([\d.]+), loss ([\d.]+), (\d+) examp
 def _evaluate(*args: str) -> tuple[str, str, float, float, int]:
   """(dataset, split, accuracy, loss, examples) printed by the command."""
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-  proc = subprocess.run([sys.executable, '-m', 'vit_jax.evaluate', *args],
-                        capture_output=True, text=True, env=env, timeout=600, cwd='/')
+  proc = commands.run([sys.executable, '-m', 'vit_jax.evaluate', *args], env=env, timeout=600,
+                      cwd='/')
   if proc.returncode:
     raise AssertionError(proc.stderr[-2000:])
   m = _LINE.match(proc.stdout.strip())

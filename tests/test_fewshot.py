@@ -1,6 +1,5 @@
 """Tests for few-shot linear evaluation: the closed-form probe, sampling, the evaluator, the CLI."""
 import os
-import subprocess
 import sys
 
 from absl.testing import absltest
@@ -8,6 +7,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from tests import commands
 from tests import tiny_trained
 from vit_jax.evaluators import base
 from vit_jax.evaluators import features
@@ -157,11 +157,10 @@ class EvaluatorTest(absltest.TestCase):
     home = self.create_tempdir().full_path
     with open(os.path.join(home, 'tensorflow_datasets'), 'w') as f:
       f.write('not a directory')
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.fewshot',
          f'--checkpoint={os.path.dirname(self.params_path)}',
          '--datasets=mnist5k', '--shots=10,1,5', '--seeds=1'],
-        capture_output=True, text=True,
         env=dict(os.environ, PYTHONPATH=REPO, HOME=home), cwd=REPO, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     lines = proc.stdout.strip().splitlines()

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -17,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
+from tests import commands
 from tests import test_train
 from vit_jax.perf import checkpoint_verify
 from vit_jax.train import checkpointer
@@ -281,8 +281,8 @@ class CommandLineTest(absltest.TestCase):
 
   def _main(self, *args):
     env = dict(os.environ, PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, '-m', 'vit_jax.main', *args], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = commands.run([sys.executable, '-m', 'vit_jax.main', *args], cwd=REPO, env=env,
+                       timeout=300)
     self.assertEqual(out.returncode, 2, out.stderr[-3000:])
     errors = [line for line in out.stderr.splitlines() if 'vit_jax: error:' in line]
     self.assertLen(errors, 1, out.stderr[-3000:])

@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -23,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
+from tests import commands
 from tests import test_checkpoint
 from tests import test_train
 from vit_jax import checkpoint
@@ -401,9 +401,8 @@ class ErrorTest(_TmpDirTest):
   def test_cli_one_line_error_and_nothing_written(self):
     src = self._hf_dir(model_type='swin')
     out = self.path('x.npz')
-    proc = subprocess.run(
-        [sys.executable, '-m', 'vit_jax.convert', f'--from={src}', f'--to={out}'],
-        capture_output=True, text=True, cwd=REPO, check=False)
+    proc = commands.run(
+        [sys.executable, '-m', 'vit_jax.convert', f'--from={src}', f'--to={out}'], cwd=REPO)
     self.assertEqual(proc.returncode, 2)
     self.assertRegex(proc.stderr.strip().splitlines()[-1],
                      r"^vit_jax.convert: error: .*'swin' model; vit_jax converts")
@@ -419,8 +418,7 @@ class CliTest(_TmpDirTest):
     for args in ([f'--from={src}', f'--to={hf_dir}', '--to_format=hf',
                   '--num_heads=2'],
                  [f'--from={hf_dir}', f'--to={npz}']):
-      proc = subprocess.run([sys.executable, '-m', 'vit_jax.convert'] + args,
-                            capture_output=True, text=True, cwd=REPO, check=False)
+      proc = commands.run([sys.executable, '-m', 'vit_jax.convert'] + args, cwd=REPO)
       self.assertEqual(proc.returncode, 0, proc.stderr)
       self.assertIn('classes) ->', proc.stdout)
     self.assertEqual(sorted(os.listdir(hf_dir)),

@@ -1,11 +1,11 @@
 """Tests for the k-NN and linear-probe evaluators and the shared feature extraction."""
 import os
-import subprocess
 import sys
 
 from absl.testing import absltest
 import numpy as np
 
+from tests import commands
 from tests import tiny_trained
 from vit_jax import evaluators
 from vit_jax.evaluators import base
@@ -142,19 +142,19 @@ class EvaluatorTest(absltest.TestCase):
 
   def test_cli_probes_a_workdir_and_refuses_bad_flags_in_one_line(self):
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.fewshot', f'--checkpoint={self.workdir}',
          f'--datasets={SMALL}', '--probes=knn,linear_probe', '--weight_decays=1e-2',
          f'--data_dir={self.data_dir}'],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        env=env, cwd=REPO, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     lines = proc.stdout.strip().splitlines()
     self.assertEqual([line.split(': ')[0] for line in lines[-3:]],
                      ['knn/mnist5k_top1', 'knn/mnist5k_top5', 'linear/mnist5k_top1'])
     for flag, message in (('--probes=knn,nope', '--probes=knn,nope: use some of'),):
-      proc = subprocess.run(
+      proc = commands.run(
           [sys.executable, '-m', 'vit_jax.fewshot', f'--checkpoint={self.workdir}', flag],
-          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+          env=env, cwd=REPO, timeout=300)
       self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
       lines = proc.stderr.strip().splitlines()
       self.assertLen(lines, 1, proc.stderr)

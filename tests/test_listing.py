@@ -1,11 +1,11 @@
 """`python -m vit_jax.list` and the shipped experiment configs found by name."""
 import os
 import re
-import subprocess
 import sys
 
 from absl.testing import absltest
 
+from tests import commands
 from vit_jax import configs
 from vit_jax import models
 from vit_jax.cli import listing
@@ -58,20 +58,19 @@ class ListTest(absltest.TestCase):
 
   def test_cli(self):
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.run([sys.executable, '-m', 'vit_jax.list', 'configs'],
-                          capture_output=True, text=True, env=env, timeout=300, cwd='/')
+    proc = commands.run([sys.executable, '-m', 'vit_jax.list', 'configs'], env=env, timeout=300,
+                        cwd='/')
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertEqual(proc.stdout.splitlines(), listing.config_lines())
-    proc = subprocess.run([sys.executable, '-m', 'vit_jax.list', 'modelz'],
-                          capture_output=True, text=True, env=env, timeout=300, cwd='/')
+    proc = commands.run([sys.executable, '-m', 'vit_jax.list', 'modelz'], env=env, timeout=300,
+                        cwd='/')
     self.assertEqual((proc.returncode, proc.stderr.strip().splitlines()), (2, [
         "vit_jax.list: error: Unknown section 'modelz'; name any of models, configs, "
         'datasets; see vit_jax.list --help.']))
     # vit_jax.main names shipped configs by name from any directory.
     workdir = os.path.join(self.create_tempdir().full_path, 'run')
-    proc = subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=quikstart',
-                           f'--workdir={workdir}'], capture_output=True, text=True,
-                          env=env, timeout=300, cwd='/')
+    proc = commands.run([sys.executable, '-m', 'vit_jax.main', '--config=quikstart',
+                         f'--workdir={workdir}'], env=env, timeout=300, cwd='/')
     self.assertEqual(proc.returncode, 2)
     self.assertRegex(proc.stderr.strip(), r"^vit_jax: error: config file 'quikstart' does "
                      r"not exist and names no shipped config; did you mean 'quickstart'")

@@ -9,6 +9,7 @@ from absl.testing import absltest
 from PIL import Image
 import yaml
 
+from tests import commands
 from tests import tiny_trained
 from vit_jax import rundir
 from vit_jax import serving
@@ -142,12 +143,12 @@ class GcsCheckpointTest(absltest.TestCase):
     # the missing object; either way before anything is written.
     workdir = os.path.join(self.create_tempdir().full_path, 'work')
     path = 'gs://vit_models/no-such-dir-vit-jax-test/ViT-Ti_16.npz'
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.main',
          f'--config={os.path.join(REPO, "configs", "quickstart.py")}',
          f'--workdir={workdir}',
          '--config.pretrained_dir=gs://vit_models/no-such-dir-vit-jax-test'],
-        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+        env=_env(), timeout=300, cwd='/')
     self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
     self.assertLen(lines, 1, proc.stderr[-2000:])
@@ -163,12 +164,12 @@ class GcsCheckpointTest(absltest.TestCase):
     # is reported at once, before any download is tried or anything is written.
     workdir = os.path.join(self.create_tempdir().full_path, 'work')
     data_dir = self.create_tempdir().full_path
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.main',
          f'--config={os.path.join(REPO, "configs", "vit.py")}:ti16,cifar10',
          f'--workdir={workdir}', f'--config.data_dir={data_dir}',
          '--config.pretrained_dir=gs://vit_models/no-such-dir-vit-jax-test'],
-        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+        env=_env(), timeout=300, cwd='/')
     self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
     self.assertLen(proc.stderr.strip().splitlines(), 1, proc.stderr[-2000:])
     self.assertIn('Cannot read checkpoint gs://vit_models/no-such-dir-vit-jax-test/'
@@ -206,10 +207,10 @@ class TrainedWorkdirTest(absltest.TestCase):
     self.assertEqual([r['step'] for r in records if 'train_loss' in r], [50, 100, 150, 200])
 
   def test_predict_names_classes_after_the_runs_dataset(self):
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.predict', f'--checkpoint={self.params_path}',
          '--top=10', os.path.join(EXAMPLES, 'digit_7.png')],
-        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+        env=_env(), timeout=300, cwd='/')
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     names = [line.split()[-1] for line in proc.stdout.splitlines()[1:]]
     # mnist5k's label names, read through the config.json beside params.npz.
@@ -217,9 +218,9 @@ class TrainedWorkdirTest(absltest.TestCase):
 
   def test_plot_writes_the_training_curves(self):
     out = os.path.join(self.create_tempdir().full_path, 'curves.png')
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.plot', self.workdir, f'--out={out}'],
-        capture_output=True, text=True, env=_env(), timeout=300, cwd='/')
+        env=_env(), timeout=300, cwd='/')
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertEqual(proc.stdout.strip(), out)
     with Image.open(out) as img:
@@ -231,8 +232,8 @@ class TrainedWorkdirTest(absltest.TestCase):
 
   def test_plot_errors_are_one_line(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nowhere')
-    proc = subprocess.run([sys.executable, '-m', 'vit_jax.plot', missing],
-                          capture_output=True, text=True, env=_env(), timeout=300)
+    proc = commands.run([sys.executable, '-m', 'vit_jax.plot', missing], env=_env(),
+                        timeout=300)
     self.assertNotEqual(proc.returncode, 0)
     self.assertLen(proc.stderr.strip().splitlines(), 1, proc.stderr)
     self.assertIn(f'Work directory {missing} does not exist', proc.stderr)

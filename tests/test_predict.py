@@ -3,7 +3,6 @@ import importlib.resources
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -14,6 +13,7 @@ import numpy as np
 from PIL import Image
 import skimage.data
 
+from tests import commands
 from tests import tiny_trained
 from vit_jax import checkpoint
 from vit_jax import models
@@ -195,8 +195,8 @@ class PredictTest(absltest.TestCase):
     env = dict(os.environ, PYTHONPATH=REPO)
     cmd = [sys.executable, '-m', 'vit_jax.predict', '--model=testing',
            f'--checkpoint={self.imagenet}']
-    proc = subprocess.run(cmd + [self.photos['chelsea'], self.photos['camera']],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = commands.run(cmd + [self.photos['chelsea'], self.photos['camera']], env=env,
+                        timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     lines = proc.stdout.splitlines()
     self.assertLen(lines, 12)
@@ -205,8 +205,7 @@ class PredictTest(absltest.TestCase):
     bad = os.path.join(self.dir, 'broken.png')
     with open(bad, 'wb') as f:
       f.write(b'\x89PNG\r\n\x1a\n garbage')
-    proc = subprocess.run(cmd + ['--labels=imagenet1k', bad], capture_output=True,
-                          text=True, env=env, timeout=300)
+    proc = commands.run(cmd + ['--labels=imagenet1k', bad], env=env, timeout=300)
     self.assertEqual(proc.returncode, 2)
     self.assertEqual(proc.stderr.strip().splitlines(),
                      [proc.stderr.strip()], 'one line, no traceback')
@@ -227,9 +226,9 @@ class PredictTest(absltest.TestCase):
     self.assertEqual(labels_lib.transformers_label_names(hf_dir, 5), names)
     self.assertIsNone(labels_lib.transformers_label_names(hf_dir, 6))
     self.assertIsNone(labels_lib.transformers_label_names(self.imagenet, 1000))
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.predict', f'--checkpoint={hf_dir}', '--top=5',
-         self.photos['chelsea']], capture_output=True, text=True,
+         self.photos['chelsea']],
         env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     printed = [line.split()[-1] for line in proc.stdout.splitlines()[1:]]

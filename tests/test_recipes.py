@@ -5,7 +5,6 @@ derived from vit_jax.configs.recipes.
 """
 import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -27,6 +26,7 @@ from vit_jax.train import loop
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
 from vit_jax.train import writers
+from tests import commands
 from tests import tfds_testdata
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -236,11 +236,10 @@ class RecipeValuesTest(absltest.TestCase):
 
   def test_bad_lr_on_the_command_line_is_one_line_and_creates_nothing(self):
     workdir = os.path.join(tempfile.mkdtemp(), 'run')
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.main',
          f'--config={REPO}/configs/vit.py:b16,cifar10,lr=0.05', f'--workdir={workdir}'],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-        env={**os.environ, 'PYTHONPATH': REPO})
+        cwd=REPO, timeout=120, env={**os.environ, 'PYTHONPATH': REPO})
     self.assertEqual(proc.returncode, 2, proc.stderr)
     # TensorFlow's start-up lines may precede it; the error itself is one line.
     self.assertIn(

@@ -2,7 +2,6 @@
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from unittest import mock
@@ -12,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests import commands
 from tests import test_train
 from tests import tfds_testdata
 from tests import tiny_trained
@@ -41,22 +41,19 @@ def _main_args(workdir, *extra):
 
 def _interrupt_after_first_step(args, timeout=300):
   """Starts the command, sends Ctrl-C once it logged a step; returns (rc, stderr, first step)."""
-  proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-  lines, first = [], None
+  proc = commands.start(args, cwd=REPO, env=_env())
+  first = None
   try:
-    for line in proc.stderr:
-      lines.append(line)
+    for line in proc.stderr_lines():
       step = re.search(r'step (\d+)/\d+ \(', line)
       if step:
         first = int(step.group(1))
         proc.send_signal(signal.SIGINT)
         break
-    _, rest = proc.communicate(timeout=timeout)
+    proc.wait(timeout=timeout)
+    return proc.returncode, proc.outputs()[1], first
   finally:
-    if proc.poll() is None:
-      proc.kill()
-  return proc.returncode, ''.join(lines) + rest, first
+    proc.close()
 
 
 class CtrlCTest(absltest.TestCase):
@@ -139,8 +136,7 @@ class FinishedRunTest(absltest.TestCase):
     self.assertLen(_events_files(workdir), 1)
     self.assertEqual(_tree(workdir), before)
     # The same through the command line: its config matches the recorded one.
-    out = subprocess.run(_main_args(workdir), cwd=REPO, env=_env(), capture_output=True,
-                         text=True, timeout=300)
+    out = commands.run(_main_args(workdir), cwd=REPO, env=_env(), timeout=300)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     self.assertIn('holds a finished run (step 8 of 8', out.stderr)
     self.assertEqual(_tree(workdir), before)
@@ -202,11 +198,11 @@ class HomeTest(absltest.TestCase):
     checkpoint.save(params, os.path.join(home, 'init.npz'))
     # ~/tfds is the session's prepared data: the path is what is tested, not preparation.
     os.symlink(tfds_testdata.data_dir(), os.path.join(home, 'tfds'))
-    out = subprocess.run(
+    out = commands.run(
         _main_args('~/run', '--config.pretrained_path=~/init.npz',
                    '--config.data_dir=~/tfds', '--config.total_steps=3',
                    '--config.checkpoint_every=0'),
-        cwd=cwd, env=_env(HOME=home), capture_output=True, text=True, timeout=300)
+        cwd=cwd, env=_env(HOME=home), timeout=300)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     self.assertIn(f'Initialised parameters from {home}/init.npz', out.stderr)
     self.assertTrue(os.path.exists(os.path.join(home, 'run', 'params.npz')))
@@ -247,10 +243,10 @@ class WorkdirAsCheckpointTest(absltest.TestCase):
   def test_predict_cli_with_the_workdir_under_tilde(self):
     image = os.path.join(REPO, 'docs', 'images', 'examples', 'digit_7.png')
     home, name = os.path.split(self.workdir)
-    out = subprocess.run(
+    out = commands.run(
         [sys.executable, '-m', 'vit_jax.predict', f'--checkpoint=~/{name}',
          f'--data_dir={self.data_dir}', image],
-        cwd=REPO, env=_env(HOME=home), capture_output=True, text=True, timeout=300)
+        cwd=REPO, env=_env(HOME=home), timeout=300)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     lines = out.stdout.splitlines()
     self.assertEqual(lines[0], image)
@@ -262,8 +258,7 @@ class OriginalKeysTest(absltest.TestCase):
 
   def _main(self, *extra):
     workdir = os.path.join(self.create_tempdir().full_path, 'run')
-    out = subprocess.run(_main_args(workdir, *extra), cwd=REPO, env=_env(),
-                         capture_output=True, text=True, timeout=300)
+    out = commands.run(_main_args(workdir, *extra), cwd=REPO, env=_env(), timeout=300)
     self.assertFalse(os.path.exists(workdir))
     return out
 

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 
+from tests import commands
 from vit_jax import models
 from vit_jax import serving
 from vit_jax.cli import export as export_cli
@@ -209,8 +210,7 @@ class ServingTest(absltest.TestCase):
     cmd = [sys.executable, '-m', 'vit_jax.export',
            f'--checkpoint={os.path.join(FIXTURES, "hf_classifier")}',
            '--format=stablehlo']
-    proc = subprocess.run(cmd + [f'--output={out}'], capture_output=True,
-                          text=True, cwd=REPO, check=False)
+    proc = commands.run(cmd + [f'--output={out}'], cwd=REPO)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertIn('16px, 5 classes', proc.stdout)
     exported = jax.export.deserialize(open(out, 'rb').read())
@@ -220,11 +220,10 @@ class ServingTest(absltest.TestCase):
                      'cli stablehlo')
     # A timm file without --model: one line, nothing written.
     bad = os.path.join(self.dir, 'bad.stablehlo')
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.export',
          f'--checkpoint={os.path.join(FIXTURES, "timm_vit.safetensors")}',
-         '--format=stablehlo', f'--output={bad}'],
-        capture_output=True, text=True, cwd=REPO, check=False)
+         '--format=stablehlo', f'--output={bad}'], cwd=REPO)
     self.assertEqual(proc.returncode, 2)
     self.assertRegex(proc.stderr.strip().splitlines()[-1],
                      '^vit_jax.export: error: .*number of attention heads')

@@ -3,7 +3,6 @@ import contextlib
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -11,6 +10,7 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
+from tests import commands
 from tests import tfds_testdata
 from tests.test_train import assert_trees_equal
 from tests.test_train import final_params
@@ -89,11 +89,10 @@ class MaeTrainingTest(absltest.TestCase):
     self.assertIn(os.path.join(out, 'mae_reconstruction.png'), written)
 
   def test_fewshot_random_init_baseline(self):
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.fewshot',
          f'--checkpoint={os.path.join(self.workdir, "params.npz")}', '--shots=2',
          '--seeds=1', '--random_init=0', f'--data_dir={tfds_testdata.data_dir()}'],
-        capture_output=True, text=True,
         env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertRegex(proc.stdout, r'fewshot/mnist5k_2shot: 0\.\d{4}')
@@ -172,13 +171,12 @@ class BadInputTest(absltest.TestCase):
 
   def test_command_line_is_one_line(self):
     workdir = os.path.join(self.create_tempdir().full_path, 'run')
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.main',
          f'--config={os.path.join(REPO, "configs", "quickstart_ssl.py")}:mae',
          f'--workdir={workdir}', '--config.objectives.mae.mask_ratio=1.5',
          f'--config.data_dir={tfds_testdata.data_dir()}'],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO),
-        timeout=300)
+        env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
     self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
     self.assertNotIn('Traceback', proc.stderr)
     self.assertRegex(proc.stderr, r'vit_jax: error: .*mask_ratio=1.5 must lie')

@@ -11,6 +11,7 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
+from tests import commands
 from tests import tfds_testdata
 from tests.tiny_train_config import tiny_config  # also test_train.tiny_config in other tests
 from vit_jax import checkpoint
@@ -101,10 +102,8 @@ class TrainTest(absltest.TestCase):
     workdir = self.create_tempdir().full_path
     config = os.path.join(REPO, 'tests', 'tiny_train_config.py')
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen(
-        [sys.executable, '-m', 'vit_jax.main', f'--config={config}',
-         f'--workdir={workdir}'], cwd=REPO, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = commands.start([sys.executable, '-m', 'vit_jax.main', f'--config={config}',
+                           f'--workdir={workdir}'], cwd=REPO, env=env)
     ckpt_dir = os.path.join(workdir, 'checkpoints')
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -114,6 +113,7 @@ class TrainTest(absltest.TestCase):
       time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    proc.close()
     loop.train_and_evaluate(tiny_config(), workdir, devices=jax.devices()[:1])
     assert_trees_equal(self, final_params(workdir),
                        final_params(self.reference_dir))
@@ -220,6 +220,7 @@ class CommandLineTest(absltest.TestCase):
     elsewhere = self.create_tempdir().full_path
     workdir = os.path.join(elsewhere, 'run')
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    # A fresh interpreter (not tests/commands.py): the package is found from anywhere.
     out = subprocess.run(
         [sys.executable, '-m', 'vit_jax.main',
          f'--config={os.path.join(REPO, "configs", "quickstart.py")}',
@@ -237,9 +238,8 @@ class ErrorTest(absltest.TestCase):
 
   def _main(self, *args):
     env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run([sys.executable, '-m', 'vit_jax.main', *args],
-                          cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return commands.run([sys.executable, '-m', 'vit_jax.main', *args], cwd=REPO, env=env,
+                        timeout=120)
 
   def test_unknown_config_key(self):
     out = self._main('--config=configs/quickstart.py', '--workdir=/tmp/x',

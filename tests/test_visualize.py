@@ -1,7 +1,6 @@
 """Tests for vit_jax.visualize: the paper's figures as arrays and PNG files."""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -12,6 +11,7 @@ import numpy as np
 from PIL import Image
 import skimage.data
 
+from tests import commands
 from tests import tiny_trained
 from vit_jax import models
 from vit_jax.inference import figures as visualize
@@ -126,9 +126,9 @@ class TrainedModelTest(absltest.TestCase):
 
   def test_cli_writes_pngs_of_the_expected_sizes(self):
     out = os.path.join(self.create_tempdir().full_path, 'figures')
-    proc = subprocess.run(
+    proc = commands.run(
         [sys.executable, '-m', 'vit_jax.visualize', f'--checkpoint={self.params_path}',
-         f'--out={out}'] + self.photos, capture_output=True, text=True,
+         f'--out={out}'] + self.photos,
         env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     expected = {
