@@ -34,7 +34,7 @@ EXTRAS_REQUIRE = {
     # torch/timm/transformers are left out (~3 GB of wheels): the interop tests
     # read fixture checkpoints those libraries saved, and run against the
     # libraries themselves where the 'interop' extra is installed.
-    'test': ['pytest', 'pytest-xdist', 'scikit-image', 'nbclient', 'nbformat', 'ipykernel',
+    'test': ['pytest', 'pytest-xdist>=3.6', 'scikit-image', 'nbclient', 'nbformat', 'ipykernel',
              'matplotlib'] + _ONNX,
     'interop': ['torch>=2.4', 'timm', 'transformers'],  # .pth/.bin files
     'onnx': _ONNX,
