@@ -94,6 +94,7 @@ class _Server:
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL)
     self._pending = b''
+    self.running: Optional['Started'] = None  # the command whose exit code is still to come
 
   def send(self, request: dict) -> None:
     self.proc.stdin.write(json.dumps(request).encode() + b'\n')
@@ -134,6 +135,9 @@ class Started:
     self.args = cmd
     self.returncode: Optional[int] = None
     self._server = _the_server(env)
+    if self._server.running is not None:  # a command a failed test left: its reply comes first
+      self._server.running.close()
+    self._server.running = self
     self._tmp = tempfile.TemporaryDirectory(prefix='vit_jax_command_')
     self._paths = {name: os.path.join(self._tmp.name, name) for name in ('stdout', 'stderr')}
     for path in self._paths.values():
@@ -143,17 +147,22 @@ class Started:
     # The first reply comes once the libraries are imported (a new server) and the child forked.
     self.pid = self._server.reply(None)
 
+  def _exited(self, code: Optional[int]) -> Optional[int]:
+    self.returncode = code
+    if code is not None:
+      self._server.running = None
+    return code
+
   def poll(self) -> Optional[int]:
     """The exit code, or None while the command runs."""
     if self.returncode is None:
-      self.returncode = self._server.reply(0)
+      self._exited(self._server.reply(0))
     return self.returncode
 
   def wait(self, timeout: Optional[float] = None) -> int:
     """Waits for the command; kills it and raises TimeoutExpired after `timeout` seconds."""
     if self.returncode is None:
-      self.returncode = self._server.reply(timeout)
-      if self.returncode is None:
+      if self._exited(self._server.reply(timeout)) is None:
         self.kill()
         self.wait()
         raise subprocess.TimeoutExpired(self.args, timeout, *self.outputs())

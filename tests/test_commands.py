@@ -48,6 +48,10 @@ class CommandsTest(absltest.TestCase):
     started.send_signal(signal.SIGKILL)
     self.assertEqual(started.wait(timeout=300), -signal.SIGKILL)
     started.close()
+    # A command a failed test left running is stopped before the next one starts.
+    left = commands.start(cmd, cwd=REPO)
+    proc = commands.run([sys.executable, '-m', 'vit_jax.list', 'modelz'], timeout=300)
+    self.assertEqual((left.returncode, proc.returncode), (-signal.SIGKILL, 2))
 
 
 if __name__ == '__main__':
