@@ -1,4 +1,6 @@
 """Tests for the model zoo: every preset, its shapes, parameter counts and options."""
+import functools
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -57,6 +59,12 @@ def _abstract_init(model, resolution: int, batch: int = 2):
   return variables, logits
 
 
+@functools.lru_cache(maxsize=None)
+def _preset_at_224(name: str):
+  """(variables, logits) shapes of a preset with 1,000 classes, traced once per test file."""
+  return _abstract_init(models.get_model(name, num_classes=1000), 224)
+
+
 def _vit_count(name: str, num_classes: int, resolution: int) -> int:
   """Parameter count of a plain ViT preset computed from its config."""
   c = models.MODEL_CONFIGS[name]
@@ -83,23 +91,22 @@ class PresetTest(parameterized.TestCase):
 
   @parameterized.parameters(*sorted(models.MODEL_CONFIGS))
   def test_preset_shapes(self, name):
-    model = models.get_model(name, num_classes=7)
-    variables, logits = _abstract_init(model, 224)
+    variables, logits = _preset_at_224(name)
     if 'unpooled' in name:
-      self.assertEqual(logits.shape, (2, 14 * 14, 7))
+      self.assertEqual(logits.shape, (2, 14 * 14, 1000))
     else:
-      self.assertEqual(logits.shape, (2, 7))
+      self.assertEqual(logits.shape, (2, 1000))
     self.assertEqual(logits.dtype, jnp.float32)
     params = variables['params']
-    self.assertEqual(params['head']['kernel'].shape[-1], 7)
+    self.assertEqual(params['head']['kernel'].shape[-1], 1000)
     cfg = models.MODEL_CONFIGS[name]
     plain = not any(k in cfg for k in _VARIANT_KEYS) and cfg.get('classifier') != 'map'
     if models.family_of(cfg).name == 'vit' and 'resnet' not in cfg and plain:
-      self.assertEqual(_count(params), _vit_count(name, 7, 224))
+      self.assertEqual(_count(params), _vit_count(name, 1000, 224))
 
   @parameterized.parameters(*sorted(PUBLISHED_COUNTS.items()))
   def test_published_parameter_counts(self, name, count):
-    variables, _ = _abstract_init(models.get_model(name, num_classes=1000), 224)
+    variables, _ = _preset_at_224(name)
     self.assertEqual(_count(variables['params']), count)
 
   def test_hybrid_tree(self):
