@@ -28,6 +28,8 @@ def get_base_config() -> ml_collections.ConfigDict:
       'scan_layers': False,        # lax.scan over the blocks (faster compiles of L/H)
       'attention_pad_multiple': 8,  # cuDNN attention pads tokens to an even multiple
       'patch_embedding': 'conv',   # 'conv' | 'matmul' (same parameters)
+      # 'fp8': the blocks' projections in float8 (Hopper GPUs; vit_jax/models/fp8.py).
+      'matmul': 'default',         # 'default' | 'fp8' (same parameters)
       'stochastic_depth': 0.0,
       'representation_size': -1,   # -1: keep the preset's; 0: none; N: pre-logits of width N
       'dropout_rate': -1.0,        # -1: keep the preset's

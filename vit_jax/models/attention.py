@@ -5,6 +5,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import fp8
+
 IMPLEMENTATIONS = ('xla', 'cudnn', 'auto')
 
 
@@ -106,6 +108,7 @@ class MultiHeadDotProductAttention(nn.Module):
   qkv_bias: bool = True
   qk_norm: bool = False
   epsilon: float = 1e-6
+  matmul: str = 'default'  # 'fp8': float8 projections (vit_jax/models/fp8.py)
 
   @nn.compact
   def __call__(self, x: jax.Array, kv: Optional[jax.Array] = None) -> jax.Array:
@@ -124,8 +127,9 @@ class MultiHeadDotProductAttention(nn.Module):
     ]
     w_qkv = jnp.stack([w for w, _ in qkv_params], axis=1).astype(self.dtype)
     b_qkv = jnp.stack([b for _, b in qkv_params], axis=0).astype(self.dtype)
+    dot = fp8.dot_general(self.matmul)
     if kv is None:
-      qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv)
+      qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv, _dot_general=dot)
       qkv = qkv + b_qkv[:, None, None]
       q, k, v = qkv[0], qkv[1], qkv[2]
     else:
@@ -154,7 +158,7 @@ class MultiHeadDotProductAttention(nn.Module):
 
     w_out, b_out = _Projection((heads, head_dim, features), (features,),
                                out_init, name='out')()
-    y = jnp.einsum('bshk,hkd->bsd', out, w_out.astype(self.dtype))
+    y = jnp.einsum('bshk,hkd->bsd', out, w_out.astype(self.dtype), _dot_general=dot)
     return y + b_out.astype(self.dtype)
 
   def _xla_attention(self, q, k, v, head_dim: int, valid: int,

@@ -55,6 +55,10 @@ Option (default)            What it does; parameters it adds
   layer_norm_epsilon (1e-6) [norm_layer eps] of every LayerNorm (CLIP 1e-5).
   fc_norm (False)           [fc_norm] LayerNorm after pooling instead of on the
                             tokens: fc_norm/{scale,bias}, no Transformer/encoder_norm.
+  matmul ('default')        'fp8': the blocks' query/key/value, out and MLP projections
+                            in float8 with per-tensor scales (e4m3 forward, e5m2
+                            gradients; vit_jax/models/fp8.py), for Hopper GPUs. Same
+                            parameters; the patch embedding and head stay in dtype.
   patches.size              any (ph, pw), e.g. 14; images and grids may be non-square
                             (the position embedding is created for the h x w grid).
 
@@ -73,6 +77,7 @@ import numpy as np
 
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import families
+from vit_jax.models import fp8
 from vit_jax.models import posemb as posemb_lib
 from vit_jax.models import resnet
 
@@ -178,13 +183,15 @@ class MlpBlock(nn.Module):
   activation: str = 'gelu_tanh'
   norm: bool = False       # timm scale_mlp_norm: LayerNorm before the output projection
   epsilon: float = 1e-6
+  matmul: str = 'default'  # 'fp8': float8 projections (vit_jax/models/fp8.py)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     out_dim = x.shape[-1] if self.out_dim is None else self.out_dim
     dense = lambda n, name=None: nn.Dense(  # noqa: E731
         n, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+        bias_init=nn.initializers.normal(stddev=1e-6), name=name,
+        dot_general=fp8.dot_general(self.matmul))
     if self.activation == 'swiglu':
       x = nn.silu(dense(self.mlp_dim, 'gate')(x)) * dense(self.mlp_dim, 'value')(x)
       last = 'out'
@@ -267,6 +274,7 @@ class Encoder1DBlock(nn.Module):
   qk_norm: bool = False
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
+  matmul: str = 'default'
 
   @nn.compact
   def __call__(self, inputs: jax.Array, drop_rate: Any = None) -> jax.Array:
@@ -282,7 +290,7 @@ class Encoder1DBlock(nn.Module):
         pad_multiple=self.attention_pad_multiple,
         valid_tokens=self.valid_tokens, qkv_bias=self.qkv_bias,
         qk_norm=self.qk_norm, epsilon=self.layer_norm_epsilon,
-        name='MultiHeadDotProductAttention_0')(x)
+        matmul=self.matmul, name='MultiHeadDotProductAttention_0')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
     if self.layer_scale:
       x = LayerScale(self.layer_scale, name='LayerScale_0')(x)
@@ -292,7 +300,7 @@ class Encoder1DBlock(nn.Module):
                  dropout_rate=self.dropout_rate,
                  deterministic=self.deterministic, activation=self.activation,
                  norm=self.mlp_norm, epsilon=self.layer_norm_epsilon,
-                 name='MlpBlock_0')(y)
+                 matmul=self.matmul, name='MlpBlock_0')(y)
     if self.layer_scale:
       y = LayerScale(self.layer_scale, name='LayerScale_1')(y)
     return self.residual(x, drop_path(self, y, rate, self.deterministic))
@@ -336,6 +344,7 @@ class Encoder(nn.Module):
   qk_norm: bool = False
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
+  matmul: str = 'default'
   # The block class and the extra fields it takes (a model's `block` / `block_fields`).
   block: Any = Encoder1DBlock
   block_fields: Any = ()
@@ -349,7 +358,8 @@ class Encoder(nn.Module):
                 valid_tokens=valid, activation=self.activation,
                 mlp_norm=self.mlp_norm, layer_scale=self.layer_scale,
                 qk_norm=self.qk_norm, qkv_bias=self.qkv_bias,
-                layer_norm_epsilon=self.layer_norm_epsilon, **dict(self.block_fields))
+                layer_norm_epsilon=self.layer_norm_epsilon, matmul=self.matmul,
+                **dict(self.block_fields))
 
   def _pads_once(self, width: int, train: bool) -> bool:
     """Whether every block's attention will run on cuDNN (then pad here)."""
@@ -457,6 +467,8 @@ class VisionTransformer(nn.Module):
   mlp_norm: bool = False
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
+  # 'fp8': the blocks' projections in float8 (Hopper GPUs; vit_jax/models/fp8.py).
+  matmul: str = 'default'
 
   # The encoder block class, and the model fields it takes beyond the Encoder's: where
   # a new per-block option goes (a field here, one on the block, one entry below).
@@ -547,6 +559,7 @@ def check_options(model: VisionTransformer) -> None:
   _choice('classifier', model.classifier, CLASSIFIERS)
   _choice('activation', model.activation, ACTIVATIONS)
   _choice('class_token', model.class_token, (None, True, False))
+  _choice('matmul', model.matmul, fp8.MATMULS)
   for key in ('distilled', 'no_embed_class', 'qk_norm', 'pre_norm', 'mlp_norm',
               'qkv_bias', 'fc_norm'):
     _choice(key, getattr(model, key), (True, False))
@@ -599,6 +612,7 @@ def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
                 layer_scale=model.layer_scale, qk_norm=model.qk_norm,
                 qkv_bias=model.qkv_bias,
                 layer_norm_epsilon=model.layer_norm_epsilon,
+                matmul=model.matmul,
                 block=type(model).block, block_fields=tuple(model.block_fields()),
                 **dict(model.transformer))
   kwargs.update(overrides)
@@ -907,7 +921,7 @@ FAMILY = families.Family(
         'classifier': '', 'class_token': None, 'num_registers': families.KEEP,
         'distilled': None, 'no_embed_class': None, 'layer_scale': families.KEEP,
         'qk_norm': None, 'pre_norm': None, 'activation': '', 'mlp_norm': None,
-        'qkv_bias': None, 'layer_norm_epsilon': families.KEEP},
+        'qkv_bias': None, 'layer_norm_epsilon': families.KEEP, 'matmul': 'default'},
     forward_flops=forward_flops,
     width=lambda c: c['hidden_size'],
     patch_tokens=_patch_tokens,

@@ -21,6 +21,7 @@ prints the ratio. Needs neither TensorFlow nor a dataset.
 import ast
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -44,6 +45,7 @@ from vit_jax.data import catalog
 from vit_jax.data import view_counts
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
+from vit_jax.models import fp8
 from vit_jax.models import from_config
 from vit_jax.models import vit as vit_lib
 from vit_jax.parallel import host_memory
@@ -70,6 +72,7 @@ _CONFIG_FLAGS = {
     'remat': ('model', 'remat'), 'pad_multiple': ('model', 'attention_pad_multiple'),
     'scan_layers': ('model', 'scan_layers'),
     'patch_embedding': ('model', 'patch_embedding'), 'dropout': ('model', 'dropout_rate'),
+    'matmul': ('model', 'matmul'),
     'local_crops': ('pp', 'multicrop', 'local_crops'),
     'local_crop': ('pp', 'multicrop', 'local_crop'),
 }
@@ -125,7 +128,8 @@ def settle(args: Any, c: Any) -> types.SimpleNamespace:
   out.update(model=c.model_name, batch=c.batch, accum_steps=c.accum_steps,
              optimizer=c.optimizer, clip=c.grad_clip_norm, objective=c.objective,
              resolution=c.pp.crop, num_classes=num_classes, dtype=c.model.dtype,
-             attention=c.model.attention, views=view_counts.counts(c.pp))
+             attention=c.model.attention, matmul=c.model.get('matmul', 'default'),
+             views=view_counts.counts(c.pp))
   return types.SimpleNamespace(**out)
 
 
@@ -181,6 +185,16 @@ def _xla_flops(compiled: Any, platform: str) -> Optional[float]:
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else None
   return float(cost['flops']) if cost and 'flops' in cost else None
+
+
+def fp8_matmuls(hlo_text: str) -> int:
+  """How many matmuls of a compiled program take float8 operands (cuBLASLt FP8 calls on GPU).
+
+  0 where the backend rewrites none (on CPU the rounded values multiply in bf16).
+  """
+  return sum(1 for line in hlo_text.splitlines()
+             if ('custom-call' in line and 'matmul$f8' in line)
+             or (re.search(r'= \S+ dot\(', line) and 'f8e' in line))
 
 
 def _progress(message: str) -> None:
@@ -342,6 +356,9 @@ def _run(args: Any, config: Any, model: Any,
   compiled = fn.lower(params_or_state, batch).compile()
   res['compile_s'] = time.perf_counter() - t
   res['compiled_mem_gib'], res['donated_gib'] = _compiled_memory(compiled)
+  if args.matmul != 'default':
+    res['matmul'] = args.matmul
+    res['fp8_matmuls'] = fp8_matmuls(compiled.as_text())
   xla = _xla_flops(compiled, devices[0].platform)
   res['xla_gflops_per_image'] = (xla / args.batch * len(devices) / 1e9
                                  if xla else None)
@@ -500,6 +517,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_bool('scan_layers', False, 'lax.scan over the blocks.', **d)
   flags.DEFINE_enum('patch_embedding', 'conv', list(vit_lib.PATCH_EMBEDDINGS),
                     'Patch embedding as a strided conv or a matmul.', **d)
+  flags.DEFINE_enum('matmul', 'default', list(fp8.MATMULS), "The blocks' "
+                    'projections: default (dtype) or fp8 (float8, Hopper GPUs).', **d)
   flags.DEFINE_float('dropout', -1.0, "Dropout rate; -1 keeps the preset's.", **d)
   flags.DEFINE_bool('donate', True, 'Donate the train state to the step '
                     '(--nodonate to see what donation saves).', **d)

