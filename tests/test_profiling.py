@@ -102,6 +102,32 @@ class OpKindsTest(absltest.TestCase):
                                          'kind': 'matmul', 'ms': 0.015,
                                          'calls': 0.5})
 
+  def test_kernels_that_overlap_on_one_stream_all_count(self):
+    # As an H100 trace had them (jax 0.11): no 'XLA Ops' line, one stream whose
+    # kernels start a little before the previous one ends. Only a span holding another
+    # from start to end (a while loop's body) is left out.
+    span = lambda ts, dur, op: {  # noqa: E731
+        'ph': 'X', 'pid': 1, 'tid': 14, 'ts': ts, 'dur': dur, 'name': op.replace('.', '_'),
+        'args': {'hlo_op': op, 'hlo_module': 'jit_step'}}
+    events = [
+        {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
+        {'ph': 'M', 'pid': 1, 'tid': 14, 'name': 'thread_name',
+         'args': {'name': 'Stream #14(Memset,Compute,MemcpyD2D)'}},
+        span(0.0, 30.5, 'cublas-gemm.5'),
+        span(30.0, 20.5, 'loop_tanh_fusion.7'),
+        span(50.0, 10.0, 'cudnn-fmha.6'),
+        span(70.0, 40.0, 'while.1'),   # encloses the next span
+        span(75.0, 20.0, 'input_reduce_fusion.8'),
+    ]
+    path = os.path.join(self.create_tempdir().full_path, 's.trace.json.gz')
+    with gzip.open(path, 'wt') as f:
+      json.dump({'traceEvents': events}, f)
+    summary = profiling.summarize(path, steps=1, hlo_text=_GPU_HLO)
+    self.assertEqual({o['op'] for o in summary['ops']},
+                     {'cublas-gemm.5', 'loop_tanh_fusion.7', 'cudnn-fmha.6',
+                      'input_reduce_fusion.8'})
+    self.assertAlmostEqual(summary['total_ms'], 0.081)
+
   def test_cuda_graphs_are_their_own_kind_with_a_hint(self):
     # XLA:GPU's command buffers: the trace has one span per graph launch, and the HLO
     # names it after the copies or fusions inside, so neither may name its kind.

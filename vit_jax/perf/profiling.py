@@ -139,20 +139,26 @@ def find_trace(trace_dir: str) -> str:
 
 
 def _leaf_events(events: list) -> list:
-  """Drops events that enclose another one on their thread (while/call bodies)."""
+  """Drops events that enclose another one on their thread (while/call bodies).
+
+  Only an event that holds the other from start to end encloses it: kernels on one
+  GPU stream may overlap their neighbours a little (Hopper starts the next kernel
+  while the last finishes), and neither holds the other.
+  """
   by_thread = collections.defaultdict(list)
   for e in events:
     by_thread[(e['pid'], e['tid'])].append(e)
   leaves = []
   for evs in by_thread.values():
     evs.sort(key=lambda e: (e['ts'], -e.get('dur', 0)))
-    stack, parents = [], set()
+    stack, parents = [], set()  # stack: (event, end) of events that may enclose
     for e in evs:
-      while stack and stack[-1]['ts'] + stack[-1].get('dur', 0) <= e['ts']:
+      end = e['ts'] + e.get('dur', 0)
+      while stack and stack[-1][1] < end:  # ended before e, or only overlaps it
         stack.pop()
       if stack:
-        parents.add(id(stack[-1]))
-      stack.append(e)
+        parents.add(id(stack[-1][0]))
+      stack.append((e, end))
     leaves.extend(e for e in evs if id(e) not in parents)
   return leaves
 
