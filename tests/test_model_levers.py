@@ -58,6 +58,8 @@ class LeverEquivalenceTest(parameterized.TestCase):
       ('scan_remat_dots', dict(scan_layers=True, remat='dots')),
       ('remat_dots', dict(remat='dots')),
       ('remat_full_named', dict(remat='full')),
+      ('three_qkv_matmuls', dict(fused_qkv=False)),
+      ('three_qkv_matmuls_scan', dict(fused_qkv=False, scan_layers=True)),
   )
   def test_same_tree_values_and_grads(self, overrides):
     x, variables = self.x, self.variables
@@ -121,6 +123,10 @@ class LeverErrorTest(absltest.TestCase):
     self.assertEqual([vit.remat_policy(v) for v in ('True', 'true', 'False', True, False)],
                      ['full', 'full', 'none', 'full', 'none'])
     self._init(remat='True')
+
+  def test_fused_qkv_must_be_a_bool(self):
+    with self.assertRaisesRegex(ValueError, "Unknown fused_qkv 'no'; use one of True, False"):
+      models.get_model('ViT-Ti_16', num_classes=4, fused_qkv='no')
 
   def test_unknown_patch_embedding(self):
     with self.assertRaisesRegex(ValueError, "Unknown patch_embedding 'fft'"):

@@ -30,6 +30,7 @@ def get_base_config() -> ml_collections.ConfigDict:
       'patch_embedding': 'conv',   # 'conv' | 'matmul' (same parameters)
       # 'fp8': the blocks' projections in float8 (Hopper GPUs; vit_jax/models/fp8.py).
       'matmul': 'default',         # 'default' | 'fp8' (same parameters)
+      'fused_qkv': True,           # False: query/key/value as three matmuls (same function)
       'stochastic_depth': 0.0,
       'representation_size': -1,   # -1: keep the preset's; 0: none; N: pre-logits of width N
       'dropout_rate': -1.0,        # -1: keep the preset's

@@ -87,8 +87,9 @@ class _Projection(nn.Module):
 class MultiHeadDotProductAttention(nn.Module):
   """Self-attention whose parameters match flax's MultiHeadDotProductAttention.
 
-  Query, key and value projections are fused into one matmul at compute time;
-  the stored parameters keep the separate query/key/value/out layout. Options as
+  Query, key and value projections are fused into one matmul at compute time
+  (`fused_qkv`, or three with fused_qkv=False); the stored parameters keep the
+  separate query/key/value/out layout either way. Options as
   timm's Attention: `qkv_bias=False` drops the query/key/value biases (out keeps
   its own), `qk_norm` adds a LayerNorm over each head's query and key
   (`query_norm`, `key_norm`, of width head_dim). Given `kv`, the queries come from
@@ -109,6 +110,9 @@ class MultiHeadDotProductAttention(nn.Module):
   qk_norm: bool = False
   epsilon: float = 1e-6
   matmul: str = 'default'  # 'fp8': float8 projections (vit_jax/models/fp8.py)
+  # True: one matmul for query, key and value (then split); False: three matmuls whose
+  # outputs are already in the layout attention reads (no transpose, no slice copies).
+  fused_qkv: bool = True
 
   @nn.compact
   def __call__(self, x: jax.Array, kv: Optional[jax.Array] = None) -> jax.Array:
@@ -128,10 +132,14 @@ class MultiHeadDotProductAttention(nn.Module):
     w_qkv = jnp.stack([w for w, _ in qkv_params], axis=1).astype(self.dtype)
     b_qkv = jnp.stack([b for _, b in qkv_params], axis=0).astype(self.dtype)
     dot = fp8.dot_general(self.matmul)
-    if kv is None:
+    if kv is None and self.fused_qkv:
       qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv, _dot_general=dot)
       qkv = qkv + b_qkv[:, None, None]
       q, k, v = qkv[0], qkv[1], qkv[2]
+    elif kv is None:  # each in the [batch, tokens, heads, head_dim] layout attention reads
+      q, k, v = (jnp.einsum('bsd,dhk->bshk', x.astype(self.dtype), w.astype(self.dtype),
+                            _dot_general=dot) + b.astype(self.dtype)
+                 for w, b in qkv_params)
     else:
       q = jnp.einsum('bsd,dhk->bshk', x.astype(self.dtype), w_qkv[:, 0]) + b_qkv[0]
       kv_ = jnp.einsum('bsd,dthk->tbshk', kv.astype(self.dtype), w_qkv[:, 1:])

@@ -59,6 +59,9 @@ Option (default)            What it does; parameters it adds
                             in float8 with per-tensor scales (e4m3 forward, e5m2
                             gradients; vit_jax/models/fp8.py), for Hopper GPUs. Same
                             parameters; the patch embedding and head stay in dtype.
+  fused_qkv (True)          query, key and value as one matmul, then split; False: three
+                            matmuls, each already in the layout attention reads. Same
+                            function and parameters (a speed lever; README, Performance).
   patches.size              any (ph, pw), e.g. 14; images and grids may be non-square
                             (the position embedding is created for the h x w grid).
 
@@ -275,6 +278,7 @@ class Encoder1DBlock(nn.Module):
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
   matmul: str = 'default'
+  fused_qkv: bool = True
 
   @nn.compact
   def __call__(self, inputs: jax.Array, drop_rate: Any = None) -> jax.Array:
@@ -290,7 +294,8 @@ class Encoder1DBlock(nn.Module):
         pad_multiple=self.attention_pad_multiple,
         valid_tokens=self.valid_tokens, qkv_bias=self.qkv_bias,
         qk_norm=self.qk_norm, epsilon=self.layer_norm_epsilon,
-        matmul=self.matmul, name='MultiHeadDotProductAttention_0')(x)
+        matmul=self.matmul, fused_qkv=self.fused_qkv,
+        name='MultiHeadDotProductAttention_0')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
     if self.layer_scale:
       x = LayerScale(self.layer_scale, name='LayerScale_0')(x)
@@ -345,6 +350,7 @@ class Encoder(nn.Module):
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
   matmul: str = 'default'
+  fused_qkv: bool = True
   # The block class and the extra fields it takes (a model's `block` / `block_fields`).
   block: Any = Encoder1DBlock
   block_fields: Any = ()
@@ -359,7 +365,7 @@ class Encoder(nn.Module):
                 mlp_norm=self.mlp_norm, layer_scale=self.layer_scale,
                 qk_norm=self.qk_norm, qkv_bias=self.qkv_bias,
                 layer_norm_epsilon=self.layer_norm_epsilon, matmul=self.matmul,
-                **dict(self.block_fields))
+                fused_qkv=self.fused_qkv, **dict(self.block_fields))
 
   def _pads_once(self, width: int, train: bool) -> bool:
     """Whether every block's attention will run on cuDNN (then pad here)."""
@@ -469,6 +475,7 @@ class VisionTransformer(nn.Module):
   layer_norm_epsilon: float = 1e-6
   # 'fp8': the blocks' projections in float8 (Hopper GPUs; vit_jax/models/fp8.py).
   matmul: str = 'default'
+  fused_qkv: bool = True  # False: query, key and value as three matmuls (same tree)
 
   # The encoder block class, and the model fields it takes beyond the Encoder's: where
   # a new per-block option goes (a field here, one on the block, one entry below).
@@ -561,7 +568,7 @@ def check_options(model: VisionTransformer) -> None:
   _choice('class_token', model.class_token, (None, True, False))
   _choice('matmul', model.matmul, fp8.MATMULS)
   for key in ('distilled', 'no_embed_class', 'qk_norm', 'pre_norm', 'mlp_norm',
-              'qkv_bias', 'fc_norm'):
+              'qkv_bias', 'fc_norm', 'fused_qkv'):
     _choice(key, getattr(model, key), (True, False))
   if not isinstance(model.num_registers, int) or model.num_registers < 0:
     raise ValueError(f'num_registers={model.num_registers!r} must be an int >= 0.')
@@ -612,7 +619,7 @@ def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
                 layer_scale=model.layer_scale, qk_norm=model.qk_norm,
                 qkv_bias=model.qkv_bias,
                 layer_norm_epsilon=model.layer_norm_epsilon,
-                matmul=model.matmul,
+                matmul=model.matmul, fused_qkv=model.fused_qkv,
                 block=type(model).block, block_fields=tuple(model.block_fields()),
                 **dict(model.transformer))
   kwargs.update(overrides)
@@ -921,7 +928,8 @@ FAMILY = families.Family(
         'classifier': '', 'class_token': None, 'num_registers': families.KEEP,
         'distilled': None, 'no_embed_class': None, 'layer_scale': families.KEEP,
         'qk_norm': None, 'pre_norm': None, 'activation': '', 'mlp_norm': None,
-        'qkv_bias': None, 'layer_norm_epsilon': families.KEEP, 'matmul': 'default'},
+        'qkv_bias': None, 'layer_norm_epsilon': families.KEEP, 'matmul': 'default',
+        'fused_qkv': True},
     forward_flops=forward_flops,
     width=lambda c: c['hidden_size'],
     patch_tokens=_patch_tokens,

@@ -72,7 +72,7 @@ _CONFIG_FLAGS = {
     'remat': ('model', 'remat'), 'pad_multiple': ('model', 'attention_pad_multiple'),
     'scan_layers': ('model', 'scan_layers'),
     'patch_embedding': ('model', 'patch_embedding'), 'dropout': ('model', 'dropout_rate'),
-    'matmul': ('model', 'matmul'),
+    'matmul': ('model', 'matmul'), 'fused_qkv': ('model', 'fused_qkv'),
     'local_crops': ('pp', 'multicrop', 'local_crops'),
     'local_crop': ('pp', 'multicrop', 'local_crop'),
 }
@@ -356,6 +356,8 @@ def _run(args: Any, config: Any, model: Any,
   compiled = fn.lower(params_or_state, batch).compile()
   res['compile_s'] = time.perf_counter() - t
   res['compiled_mem_gib'], res['donated_gib'] = _compiled_memory(compiled)
+  if not config.model.get('fused_qkv', True):
+    res['fused_qkv'] = False
   if args.matmul != 'default':
     res['matmul'] = args.matmul
     res['fp8_matmuls'] = fp8_matmuls(compiled.as_text())
@@ -519,6 +521,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                     'Patch embedding as a strided conv or a matmul.', **d)
   flags.DEFINE_enum('matmul', 'default', list(fp8.MATMULS), "The blocks' "
                     'projections: default (dtype) or fp8 (float8, Hopper GPUs).', **d)
+  flags.DEFINE_bool('fused_qkv', True, 'Query, key and value as one matmul '
+                    '(--nofused_qkv: three, each in the layout attention reads).', **d)
   flags.DEFINE_float('dropout', -1.0, "Dropout rate; -1 keeps the preset's.", **d)
   flags.DEFINE_bool('donate', True, 'Donate the train state to the step '
                     '(--nodonate to see what donation saves).', **d)
