@@ -1,6 +1,5 @@
 """Tests for tools/bench_plan.py, the runner of a GPU lease's benchmark rows."""
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -9,17 +8,14 @@ from unittest import mock
 
 from absl.testing import absltest
 
+from tests import tool_modules
 from vit_jax.perf import benchmark
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _tool():
-  spec = importlib.util.spec_from_file_location(
-      'bench_plan', os.path.join(REPO, 'tools', 'bench_plan.py'))
-  tool = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(tool)
-  return tool
+  return tool_modules.load('bench_plan')
 
 
 class BenchPlanTest(absltest.TestCase):

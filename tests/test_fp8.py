@@ -1,17 +1,15 @@
 """Tests for the fp8 matmul option (vit_jax/models/fp8.py) and how the benchmark reports it."""
-import importlib.util
-import os
 
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests import tool_modules
 from vit_jax import models
 from vit_jax.models import fp8
 from vit_jax.perf import benchmark
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
 DENSE = (((1,), (0,)), ((), ()))
 
@@ -143,18 +141,10 @@ class BenchmarkReportTest(absltest.TestCase):
     self.assertEqual(benchmark.fp8_matmuls('  %dot.3 = f32[16,16]{1,0} dot(%x, %y)\n'), 0)
 
 
-def _curve_tool():
-  spec = importlib.util.spec_from_file_location(
-      'fp8_curve', os.path.join(REPO, 'tools', 'fp8_curve.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 class CurveToolTest(absltest.TestCase):
 
   def test_batches_are_upsampled_digits_and_curves_are_averaged(self):
-    tool = _curve_tool()
+    tool = tool_modules.load('fp8_curve')
     images = np.zeros((3, 28, 28), np.uint8)
     images[1, :14] = 255
     make = tool.batch_maker(images, np.array([0, 7, 2], np.int32), 56, None)

@@ -3,7 +3,6 @@
 Expected values are written out from the tables (and the original repo's configs), not
 derived from vit_jax.configs.recipes.
 """
-import importlib.util
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from vit_jax.train import schedules
 from vit_jax.train import writers
 from tests import commands
 from tests import tfds_testdata
+from tests import tool_modules
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUGREG_L16 = 'L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1'
@@ -253,10 +253,7 @@ class RecipeValuesTest(absltest.TestCase):
 class ReadmeTableTest(absltest.TestCase):
 
   def test_readme_recipe_table_is_the_resolved_configs(self):
-    spec = importlib.util.spec_from_file_location(
-        'recipe_table', os.path.join(REPO, 'tools', 'recipe_table.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = tool_modules.load('recipe_table')
     with open(os.path.join(REPO, 'README.md')) as f:
       readme = f.read()
     self.assertIn(tool.table() + '\n', readme)
