@@ -100,7 +100,7 @@ class OpKindsTest(absltest.TestCase):
                                           'attention': 0.005})
     self.assertEqual(summary['ops'][0], {'op': 'cublas-gemm.5',
                                          'kind': 'matmul', 'ms': 0.015,
-                                         'calls': 0.5})
+                                         'calls': 0.5, 'shape': '(bf16[64,16], s8[4])'})
 
   def test_kernels_that_overlap_on_one_stream_all_count(self):
     # As an H100 trace had them (jax 0.11): no 'XLA Ops' line, one stream whose
@@ -127,6 +127,34 @@ class OpKindsTest(absltest.TestCase):
                      {'cublas-gemm.5', 'loop_tanh_fusion.7', 'cudnn-fmha.6',
                       'input_reduce_fusion.8'})
     self.assertAlmostEqual(summary['total_ms'], 0.081)
+
+  def test_copies_of_a_fusion_are_grouped_with_their_result_type(self):
+    hlo = _GPU_HLO.replace(
+        '  %copy.10', '  %loop_tanh_fusion.12 = bf16[64,16]{1,0} fusion(%gemm_fusion.4), '
+        'kind=kLoop, calls=%fused_gelu\n  %loop_tanh_fusion.13 = bf16[8,16]{1,0} '
+        'fusion(%gemm_fusion.4), kind=kLoop, calls=%fused_gelu\n  %copy.10')
+    self.assertEqual(profiling.op_shapes(hlo)['input_reduce_fusion.8'], 'f32[64]')
+    span = lambda ts, dur, op: {  # noqa: E731
+        'ph': 'X', 'pid': 1, 'tid': 3, 'ts': ts, 'dur': dur, 'name': op,
+        'args': {'hlo_op': op, 'hlo_module': 'jit_step'}}
+    events = [
+        {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
+        span(0, 10, 'loop_tanh_fusion.7'), span(20, 30, 'loop_tanh_fusion.12'),
+        span(60, 5, 'loop_tanh_fusion.13'), span(70, 20, 'cublas-gemm.5')]
+    path = os.path.join(self.create_tempdir().full_path, 'f.trace.json.gz')
+    with gzip.open(path, 'wt') as f:
+      json.dump({'traceEvents': events}, f)
+    summary = profiling.summarize(path, steps=1, hlo_text=hlo)
+    self.assertEqual(summary['groups'], [
+        {'op': 'loop_tanh_fusion', 'shape': 'bf16[64,16]', 'kind': 'elementwise',
+         'ms': 0.04, 'ops': 2},
+        {'op': 'cublas-gemm', 'shape': '(bf16[64,16], s8[4])', 'kind': 'matmul',
+         'ms': 0.02, 'ops': 1},
+        {'op': 'loop_tanh_fusion', 'shape': 'bf16[8,16]', 'kind': 'elementwise',
+         'ms': 0.005, 'ops': 1}])
+    text = profiling.format_summary(summary)
+    self.assertIn('top 3 op groups', text)
+    self.assertIn('loop_tanh_fusion  bf16[64,16]', text)
 
   def test_cuda_graphs_are_their_own_kind_with_a_hint(self):
     # XLA:GPU's command buffers: the trace has one span per graph launch, and the HLO
@@ -181,6 +209,10 @@ class BenchmarkProfileTest(absltest.TestCase):
     report = benchmark.format_report(res)
     self.assertIn('profile (host op time per step', report)
     self.assertIn('top 15 ops:', report)
+    self.assertIn('op groups', report)
+    with open(os.path.join(trace_dir, profiling.HLO_FILE)) as f:  # to summarise it again
+      again = profiling.summarize(profiling.find_trace(trace_dir), 2, hlo_text=f.read())
+    self.assertEqual(again['by_kind'], prof['by_kind'])
 
 
 if __name__ == '__main__':

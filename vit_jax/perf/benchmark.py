@@ -389,9 +389,11 @@ def _run(args: Any, config: Any, model: Any,
       jax.block_until_ready(
           [one_step() for _ in range(args.profile_steps)][-1])
     res['profile_dir'] = args.profile_dir
+    hlo_text = compiled.as_text()
+    # Beside the trace, so it can be summarised again where it is copied to.
+    fileio.atomic_write(os.path.join(args.profile_dir, profiling.HLO_FILE), hlo_text.encode())
     res['profile'] = profiling.summarize(
-        profiling.find_trace(args.profile_dir), args.profile_steps,
-        hlo_text=compiled.as_text())
+        profiling.find_trace(args.profile_dir), args.profile_steps, hlo_text=hlo_text)
   sec = statistics.median(windows)
   res['step_ms'] = sec * 1e3
   res['step_ms_spread'] = (max(windows) - min(windows)) * 1e3

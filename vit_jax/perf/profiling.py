@@ -22,6 +22,8 @@ _GRAPH = 'command_buffer'
 GRAPH_HINT = ('graph: kernels XLA:GPU ran as CUDA graphs (command buffers), timed as a '
               'whole; for the time of each kernel rerun with '
               'XLA_FLAGS=--xla_gpu_enable_command_buffer=')
+# The benchmark writes the compiled step's HLO text beside its trace under this name.
+HLO_FILE = 'step_hlo.txt'
 _COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all',
                 'collective-permute', 'collective-broadcast')
 # Lines a device's trace holds besides its kernel streams and 'XLA Ops'.
@@ -33,7 +35,8 @@ _OPCODE = re.compile(r'(?:^|[\s)}\]])([a-z][a-z0-9\-]*)\(')
 
 
 def _parse_hlo(hlo_text: str) -> tuple[dict, dict]:
-  """(instruction -> (opcode, fusion kind, custom-call target, callee), computation -> opcodes)."""
+  """(instruction -> (opcode, fusion kind, custom-call target, callee, result type),
+  computation -> opcodes)."""
   instructions, computations = {}, collections.defaultdict(set)
   current = None
   for line in hlo_text.splitlines():
@@ -51,9 +54,11 @@ def _parse_hlo(hlo_text: str) -> tuple[dict, dict]:
     kind = re.search(r'\bkind=(k\w+)', rest)
     target = re.search(r'custom_call_target="([^"]+)"', rest)
     callee = re.search(r'\bcalls=%?([\w.\-]+)', rest)
+    # The result type without layouts, e.g. '(f32[256,200], bf16[256,200,768])'.
+    shape = re.sub(r'\{[^{}]*\}', '', rest[:opcode.start(1)]).strip()
     instructions[name] = (op, kind and kind.group(1),
                           target and target.group(1),
-                          callee and callee.group(1))
+                          callee and callee.group(1), shape)
     if current:
       computations[current].add(op)
   return instructions, computations
@@ -71,7 +76,7 @@ def _kind_of_target(target: str) -> str:
 
 
 def _kind_of_instruction(info: tuple, computations: dict) -> str:
-  op, kind, target, callee = info
+  op, kind, target, callee, _ = info
   if op == 'custom-call':
     return _kind_of_target(target or '')
   if op == 'dot':
@@ -116,6 +121,11 @@ def kind_of_kernel(name: str) -> str:
   if 'fusion' in n or 'elementwise' in n or 'loop' in n:
     return 'elementwise'
   return 'other'
+
+
+def op_shapes(hlo_text: str) -> dict:
+  """Maps every instruction name of an HLO module's text to its result type."""
+  return {name: info[-1] for name, info in _parse_hlo(hlo_text)[0].items()}
 
 
 def op_kinds(hlo_text: str) -> dict:
@@ -200,6 +210,7 @@ def summarize(trace_path: str, steps: int = 1, hlo_text: str = '',
     spans = [e for e in spans
              if module in e.get('args', {}).get('hlo_module', module)]
   kinds = op_kinds(hlo_text) if hlo_text else {}
+  shapes = op_shapes(hlo_text) if hlo_text else {}
   ops = collections.defaultdict(lambda: [0.0, 0, ''])
   for e in _leaf_events(spans):
     op = e.get('args', {}).get('hlo_op') or e['name']
@@ -212,13 +223,25 @@ def summarize(trace_path: str, steps: int = 1, hlo_text: str = '',
   for dur, _, kind in ops.values():
     by_kind[kind] += dur
   ms = lambda us: us / 1e3 / steps  # noqa: E731
+  # The same fusion repeats in every block (loop_add_fusion.3, .4, ...): one group per
+  # name stem and result type says what a kind's time is spent on.
+  groups = collections.defaultdict(lambda: [0.0, 0, ''])
+  for name, (dur, _, kind) in ops.items():
+    group = groups[(re.sub(r'[._]\d+$', '', name), shapes.get(name, ''))]
+    group[0] += dur
+    group[1] += 1
+    group[2] = kind
   return {
       'source': 'device' if device else 'host',
       'total_ms': ms(total),
       'by_kind': {k: ms(v) for k, v in by_kind.most_common()},
-      'ops': [{'op': name, 'kind': kind, 'ms': ms(dur), 'calls': n / steps}
+      'ops': [{'op': name, 'kind': kind, 'ms': ms(dur), 'calls': n / steps,
+               'shape': shapes.get(name, '')}
               for name, (dur, n, kind) in
               sorted(ops.items(), key=lambda kv: -kv[1][0])],
+      'groups': [{'op': stem, 'shape': shape, 'kind': kind, 'ms': ms(dur), 'ops': n}
+                 for (stem, shape), (dur, n, kind) in
+                 sorted(groups.items(), key=lambda kv: -kv[1][0])],
   }
 
 
@@ -232,6 +255,12 @@ def format_summary(summary: dict, top: int = 15,
     lines.append(f'  {kind:12s} {value:9.3f} ms  {100 * value / max(total, 1e-12):5.1f}%')
   if 'graph' in summary['by_kind']:
     lines.append(f'  ({GRAPH_HINT})')
+  groups = summary.get('groups', [])
+  lines.append(f'  top {min(top, len(groups))} op groups (one fusion or call and result type, '
+               'summed over its copies, e.g. one per block):')
+  for g in groups[:top]:
+    lines.append(f'  {g["ms"]:9.3f} ms  {g["ops"]:4d} ops  {g["kind"]:11s} '
+                 f'{g["op"][:40]}  {g["shape"][:80]}')
   lines.append(f'  top {min(top, len(summary["ops"]))} ops:')
   for op in summary['ops'][:top]:
     lines.append(f'  {op["ms"]:9.3f} ms  x{op["calls"]:<5g} {op["kind"]:11s} '
@@ -240,5 +269,6 @@ def format_summary(summary: dict, top: int = 15,
 
 
 def as_jsonable(summary: dict, top: int = 50) -> dict[str, Any]:
-  """The summary with its op list cut to `top` entries (for --json)."""
-  return {**summary, 'ops': summary['ops'][:top]}
+  """The summary with its op and group lists cut to `top` entries (for --json)."""
+  return {**summary, 'ops': summary['ops'][:top],
+          'groups': summary.get('groups', [])[:top]}
