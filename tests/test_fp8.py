@@ -123,6 +123,27 @@ class ModelOptionTest(absltest.TestCase):
     self.assertIn('f8e4m3fn', hlo)
     self.assertIn('f8e5m2', hlo)
 
+  def test_scan_and_remat_round_the_same_way(self):
+    x = _normal(10, (2, 32, 32, 3), 1.0, jnp.float32)
+    kw = dict(num_layers=2, num_classes=4, matmul='fp8')
+    plain = models.get_model('ViT-Ti_16', **kw)
+    params = plain.init(jax.random.PRNGKey(0), x)
+    leaves, tree = jax.tree.flatten(params)
+    params = jax.tree.unflatten(tree, [
+        p + 0.05 * jax.random.normal(jax.random.PRNGKey(i), p.shape, p.dtype)
+        for i, p in enumerate(leaves)])
+
+    def outputs_and_grads(model):
+      loss = lambda v: jnp.sum(model.apply(v, x) ** 2)  # noqa: E731
+      return jax.jit(lambda v: (model.apply(v, x), jax.grad(loss)(v)))(params)
+
+    out1, g1 = outputs_and_grads(plain)
+    out2, g2 = outputs_and_grads(
+        models.get_model('ViT-Ti_16', scan_layers=True, remat='dots', **kw))
+    np.testing.assert_allclose(out2, out1, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+      np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-6)
+
   def test_unknown_value_is_one_line(self):
     with self.assertRaisesRegex(ValueError, r"Unknown matmul 'fp4'; use one of default, fp8"):
       models.get_model('ViT-Ti_16', num_classes=10, matmul='fp4')
