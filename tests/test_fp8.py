@@ -1,4 +1,5 @@
 """Tests for the fp8 matmul option (vit_jax/models/fp8.py) and how the benchmark reports it."""
+import os
 
 from absl.testing import absltest
 import jax
@@ -7,6 +8,7 @@ import numpy as np
 
 from tests import tool_modules
 from vit_jax import models
+from vit_jax import serving
 from vit_jax.models import fp8
 from vit_jax.perf import benchmark
 
@@ -16,6 +18,14 @@ DENSE = (((1,), (0,)), ((), ()))
 
 def _f32(x):
   return np.asarray(jnp.asarray(x, jnp.float32))
+
+
+def _perturbed(params):
+  """Every parameter moved by noise (heads start at zero; random weights hide mistakes)."""
+  leaves, tree = jax.tree.flatten(params)
+  return jax.tree.unflatten(tree, [
+      p + 0.05 * jax.random.normal(jax.random.PRNGKey(i), p.shape, p.dtype)
+      for i, p in enumerate(leaves)])
 
 
 def _normal(seed, shape, scale=1.0, dtype=jnp.bfloat16):
@@ -108,10 +118,7 @@ class ModelOptionTest(absltest.TestCase):
     params = base.init(jax.random.PRNGKey(0), x)
     self.assertEqual(jax.tree.map(jnp.shape, params),
                      jax.tree.map(jnp.shape, quant.init(jax.random.PRNGKey(0), x)))
-    leaves, tree = jax.tree.flatten(params)  # the head starts at zero: perturb all
-    params = jax.tree.unflatten(tree, [
-        p + 0.05 * jax.random.normal(jax.random.PRNGKey(i), p.shape, p.dtype)
-        for i, p in enumerate(leaves)])
+    params = _perturbed(params)
     ref = _f32(base.apply(params, x))
     got = _f32(quant.apply(params, x))
     self.assertLess(np.abs(got - ref).max() / np.abs(ref).max(), 0.15)
@@ -128,10 +135,7 @@ class ModelOptionTest(absltest.TestCase):
     kw = dict(num_layers=2, num_classes=4, matmul='fp8')
     plain = models.get_model('ViT-Ti_16', **kw)
     params = plain.init(jax.random.PRNGKey(0), x)
-    leaves, tree = jax.tree.flatten(params)
-    params = jax.tree.unflatten(tree, [
-        p + 0.05 * jax.random.normal(jax.random.PRNGKey(i), p.shape, p.dtype)
-        for i, p in enumerate(leaves)])
+    params = _perturbed(params)
 
     def outputs_and_grads(model):
       loss = lambda v: jnp.sum(model.apply(v, x) ** 2)  # noqa: E731
@@ -143,6 +147,22 @@ class ModelOptionTest(absltest.TestCase):
     np.testing.assert_allclose(out2, out1, rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
       np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-6)
+
+  def test_exports_serve_with_the_default_matmuls(self):
+    # Serving runtimes (ONNX, TFLite) have no float8 matmuls: an fp8-trained model's
+    # parameters export through the default ones.
+    model = models.get_model('ViT-Ti_16', num_layers=1, num_classes=4, matmul='fp8')
+    x = _normal(11, (2, 32, 32, 3), 1.0, jnp.float32)
+    params = model.init(jax.random.PRNGKey(0), x)['params']
+    params = _perturbed(params)
+    path = os.path.join(self.create_tempdir().full_path, 'm.stablehlo')
+    serving.export(model, params, 32, 'stablehlo', path)
+    with open(path, 'rb') as f:
+      served = np.asarray(jax.export.deserialize(f.read()).call(x))
+    exact = model.clone(matmul='default').apply({'params': params}, x)
+    np.testing.assert_allclose(served, exact, rtol=1e-4, atol=1e-5)
+    fp8_logits = _f32(model.apply({'params': params}, x))
+    self.assertGreater(np.abs(served - fp8_logits).max(), 1e-3)
 
   def test_unknown_value_is_one_line(self):
     with self.assertRaisesRegex(ValueError, r"Unknown matmul 'fp4'; use one of default, fp8"):

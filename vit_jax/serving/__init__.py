@@ -8,7 +8,8 @@ Formats:
                uint8 images of any size and applies the evaluation preprocessing.
   onnx         ONNX model via jax2onnx (float32 NHWC in [-1, 1], any batch),
                checked against JAX in onnxruntime before it is written.
-Every format takes (model, params, resolution) and writes atomically.
+Every format takes (model, params, resolution) and writes atomically; a model
+trained with fp8 matmuls is written with the default ones (common.serving_model).
 """
 from typing import Any, Mapping, Optional
 
@@ -28,6 +29,7 @@ def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
   if fmt not in FORMATS:
     raise ValueError(f'Unknown export format {fmt!r}; use one of '
                      f'{", ".join(FORMATS)}.')
+  model = common.serving_model(model)
   if fmt == 'stablehlo':
     return stablehlo.export(model, params, resolution, path)
   if fmt == 'saved_model':

@@ -19,6 +19,14 @@ def inference_fn(model: nn.Module, params: Mapping[str, Any]
   return fn
 
 
+def serving_model(model: nn.Module) -> nn.Module:
+  """`model` with the default matmuls: fp8 rounding is a training-speed option (same
+  parameters), and serving runtimes (ONNX, TFLite) have no float8 matmuls."""
+  if getattr(model, 'matmul', 'default') != 'default':
+    return model.clone(matmul='default')
+  return model
+
+
 def eval_pp(resolution: int, pp: Optional[Mapping[str, Any]] = None
             ) -> ml_collections.ConfigDict:
   """The evaluation preprocessing to bake in: a training config's pp, else resize.
