@@ -1,15 +1,19 @@
 """Tests for tools/bench_plan.py, the runner of a GPU lease's benchmark rows."""
 import contextlib
+import gzip
 import io
 import json
 import os
 import shlex
+import subprocess
+import sys
 from unittest import mock
 
 from absl.testing import absltest
 
 from tests import tool_modules
 from vit_jax.perf import benchmark
+from vit_jax.perf import profiling
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,6 +94,30 @@ class BenchPlanTest(absltest.TestCase):
     self.assertGreater(rows[0]['img_s'], 0)
     self.assertRegex(printed.getvalue(), r'best\s.*skipped: budget spent')
     self.assertEqual(tool.main([f'--plan={plan}.missing', f'--out={out}']), 2)
+
+
+class GpuLeaseScriptTest(absltest.TestCase):
+
+  def test_plan_and_profile_files_land_in_out(self):
+    tmp = self.create_tempdir().full_path
+    plan, out, prof = (os.path.join(tmp, n) for n in ('plan.txt', 'out', 'tinyprof'))
+    with open(plan, 'w') as f:
+      f.write(f'base | | --model=testing --batch=8 --devices=1 --resolution=32 '
+              f'--dtype=float32 --profile_dir={prof} --profile_steps=1\n')
+    env = dict(os.environ, OUT=out, CURVE_TIMEOUT_S='0', PLAN_BUDGET_S='60',
+               COMMON='--steps=1 --repeats=1 --warmup=0 --peak=1',
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ['PATH'])
+    proc = subprocess.run(['bash', os.path.join(REPO, 'tools', 'gpu_lease.sh'), plan],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    with open(os.path.join(out, 'rows.jsonl')) as f:
+      row, = [json.loads(line) for line in f]
+    self.assertGreater(row['img_s'], 0, row)
+    self.assertTrue(os.path.exists(os.path.join(out, 'versions.txt')))
+    with gzip.open(os.path.join(out, 'tinyprof.step_hlo.txt.gz'), 'rt') as f:
+      again = profiling.summarize(os.path.join(out, 'tinyprof.trace.json.gz'), 1,
+                                  hlo_text=f.read())
+    self.assertGreater(again['total_ms'], 0)
 
 
 if __name__ == '__main__':
