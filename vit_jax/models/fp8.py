@@ -61,7 +61,8 @@ def _fp8_matmul(x: jax.Array, w: jax.Array, out_dtype: Any) -> jax.Array:
 def _fp8_matmul_fwd(x, w, out_dtype):
   (xq, sx), (wq, sw) = quantize(x, FORWARD), quantize(w, FORWARD)
   out = _scaled_dot(xq, wq, ((1,), (0,)), sx * sw, out_dtype)
-  # The float8 operands are what the backward pass needs: half the bf16 residuals.
+  # The float8 operands are what the backward pass needs: half the bf16 residuals. The
+  # empty arrays carry the operands' dtypes, which the gradients must have.
   return out, (xq, sx, wq, sw, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
 
 

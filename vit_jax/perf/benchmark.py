@@ -190,7 +190,7 @@ def _xla_flops(compiled: Any, platform: str) -> Optional[float]:
 def fp8_matmuls(hlo_text: str) -> int:
   """How many matmuls of a compiled program take float8 operands (cuBLASLt FP8 calls on GPU).
 
-  0 where the backend rewrites none (on CPU the rounded values multiply in bf16).
+  0 where the backend rewrites none (on CPU XLA widens the float8 values to float32 first).
   """
   return sum(1 for line in hlo_text.splitlines()
              if ('custom-call' in line and 'matmul$f8' in line)
