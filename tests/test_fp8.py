@@ -186,7 +186,7 @@ class CurveToolTest(absltest.TestCase):
 
   def test_batches_are_upsampled_digits_and_curves_are_averaged(self):
     tool = tool_modules.load('fp8_curve')
-    images = np.zeros((3, 28, 28), np.uint8)
+    images = np.zeros((3, 28, 28, 1), np.uint8)
     images[1, :14] = 255
     make = tool.batch_maker(images, np.array([0, 7, 2], np.int32), 56, None)
     batch = make(np.array([1, 0]))

