@@ -59,11 +59,8 @@ def train(args: argparse.Namespace, matmul: str, images: np.ndarray,
   schedule = schedules.make(config)
   tx = optimizers.make(config, schedule)
   objective = objectives.make(config, model)
-  shape = (1, args.resolution, args.resolution, 3)
-  init = lambda r: train_step.init_state(objective, tx, r, shape)  # noqa: E731
-  state_sh = sharding.tree_shardings(jax.eval_shape(init, jax.random.PRNGKey(0)), mesh,
-                                     config)
-  state = jax.jit(init, out_shardings=state_sh)(jax.random.PRNGKey(args.seed))
+  state, state_sh = benchmark.new_state(config, objective, tx, args.resolution, mesh,
+                                        args.seed)
   step = train_step.jit_train_step(
       train_step.make_train_step(objective, tx, config.accum_steps, schedule),
       mesh, state_sh)

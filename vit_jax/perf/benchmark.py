@@ -303,6 +303,16 @@ def run(args: Any) -> dict:
       peer.close()
 
 
+def new_state(config: Any, objective: objectives.Objective, tx: Any, resolution: int,
+              mesh: jax.sharding.Mesh, seed: int = 0) -> tuple[Any, Any]:
+  """(a new TrainState placed with the trainer's shardings, those shardings), TensorFlow-free."""
+  image_shape = (1, resolution, resolution, 3)
+  init_fn = lambda r: train_step.init_state(objective, tx, r, image_shape)  # noqa: E731
+  shardings = sharding.tree_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), mesh,
+                                      config)
+  return jax.jit(init_fn, out_shardings=shardings)(jax.random.PRNGKey(seed)), shardings
+
+
 def _run(args: Any, config: Any, model: Any,
          peer: Optional[timm_peer.PeerProcess]) -> dict:
   """run() once the config, model and peer are settled."""
@@ -333,11 +343,7 @@ def _run(args: Any, config: Any, model: Any,
   objective = objectives.make(config, model)
   if args.mode == 'train':
     objectives.check_views(objective, config.pp)
-  image_shape = (1, args.resolution, args.resolution, 3)
-  init_fn = lambda r: train_step.init_state(objective, tx, r, image_shape)  # noqa: E731
-  abstract = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
-  state_sh = sharding.tree_shardings(abstract, mesh, config)
-  state = jax.jit(init_fn, out_shardings=state_sh)(jax.random.PRNGKey(0))
+  state, state_sh = new_state(config, objective, tx, args.resolution, mesh)
   if args.mode == 'train':
     res['optimizer'] = args.optimizer
     res['objective'] = args.objective
