@@ -54,24 +54,23 @@ def _scaled_dot(a: jax.Array, b: jax.Array, contract: tuple, scale: jax.Array,
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _fp8_matmul(x: jax.Array, w: jax.Array, out_dtype: Any) -> jax.Array:
-  return _fp8_matmul_fwd(x, w, out_dtype)[0]
+def _fp8_matmul(x: jax.Array, w: jax.Array, dtypes: tuple) -> jax.Array:
+  """x [M, K] @ w [K, N] in float8; dtypes: (output's, x's, w's), static for the gradients."""
+  return _fp8_matmul_fwd(x, w, dtypes)[0]
 
 
-def _fp8_matmul_fwd(x, w, out_dtype):
+def _fp8_matmul_fwd(x, w, dtypes):
   (xq, sx), (wq, sw) = quantize(x, FORWARD), quantize(w, FORWARD)
-  out = _scaled_dot(xq, wq, ((1,), (0,)), sx * sw, out_dtype)
-  # The float8 operands are what the backward pass needs: half the bf16 residuals. The
-  # empty arrays carry the operands' dtypes, which the gradients must have.
-  return out, (xq, sx, wq, sw, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+  out = _scaled_dot(xq, wq, ((1,), (0,)), sx * sw, dtypes[0])
+  # The float8 operands are what the backward pass needs: half the bf16 residuals.
+  return out, (xq, sx, wq, sw)
 
 
-def _fp8_matmul_bwd(out_dtype, res, grad):
-  del out_dtype
-  xq, sx, wq, sw, x_like, w_like = res
+def _fp8_matmul_bwd(dtypes, res, grad):
+  xq, sx, wq, sw = res
   gq, sg = quantize(grad, BACKWARD)
-  dx = _scaled_dot(gq, wq, ((1,), (1,)), sg * sw, x_like.dtype)  # [M, N] x [K, N]^T
-  dw = _scaled_dot(xq, gq, ((0,), (0,)), sx * sg, w_like.dtype)  # [M, K]^T x [M, N]
+  dx = _scaled_dot(gq, wq, ((1,), (1,)), sg * sw, dtypes[1])  # [M, N] x [K, N]^T
+  dw = _scaled_dot(xq, gq, ((0,), (0,)), sx * sg, dtypes[2])  # [M, K]^T x [M, N]
   return dx, dw
 
 
@@ -100,7 +99,8 @@ def fp8_dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   k = math.prod(lhs.shape[i] for i in lc)
   a = jnp.transpose(lhs, lfree + list(lc)).reshape(math.prod(lshape), k)
   b = jnp.transpose(rhs, list(rc) + rfree).reshape(k, math.prod(rshape))
-  return _fp8_matmul(a, b, jnp.dtype(out_dtype)).reshape(lshape + rshape)
+  dtypes = (jnp.dtype(out_dtype), a.dtype, b.dtype)
+  return _fp8_matmul(a, b, dtypes).reshape(lshape + rshape)
 
 
 def dot_general(matmul: str) -> Callable[..., jax.Array]:
