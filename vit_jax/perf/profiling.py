@@ -123,18 +123,25 @@ def kind_of_kernel(name: str) -> str:
   return 'other'
 
 
-def op_shapes(hlo_text: str) -> dict:
-  """Maps every instruction name of an HLO module's text to its result type."""
-  return {name: info[-1] for name, info in _parse_hlo(hlo_text)[0].items()}
-
-
-def op_kinds(hlo_text: str) -> dict:
-  """Maps every instruction name of an HLO module's text to one of KINDS."""
-  instructions, computations = _parse_hlo(hlo_text)
+def _kinds(instructions: dict, computations: dict) -> dict:
   # A command buffer is named for what it is; its opcode names only what it wraps.
   return {name: 'graph' if name.startswith(_GRAPH) else
           _kind_of_instruction(info, computations)
           for name, info in instructions.items()}
+
+
+def _shapes(instructions: dict) -> dict:
+  return {name: info[-1] for name, info in instructions.items()}
+
+
+def op_shapes(hlo_text: str) -> dict:
+  """Maps every instruction name of an HLO module's text to its result type."""
+  return _shapes(_parse_hlo(hlo_text)[0])
+
+
+def op_kinds(hlo_text: str) -> dict:
+  """Maps every instruction name of an HLO module's text to one of KINDS."""
+  return _kinds(*_parse_hlo(hlo_text))
 
 
 def find_trace(trace_dir: str) -> str:
@@ -209,8 +216,8 @@ def summarize(trace_path: str, steps: int = 1, hlo_text: str = '',
   if module:
     spans = [e for e in spans
              if module in e.get('args', {}).get('hlo_module', module)]
-  kinds = op_kinds(hlo_text) if hlo_text else {}
-  shapes = op_shapes(hlo_text) if hlo_text else {}
+  instructions, computations = _parse_hlo(hlo_text)  # one pass: an H100 step's is 4 MB
+  kinds, shapes = _kinds(instructions, computations), _shapes(instructions)
   ops = collections.defaultdict(lambda: [0.0, 0, ''])
   for e in _leaf_events(spans):
     op = e.get('args', {}).get('hlo_op') or e['name']
