@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests import test_model_contract
 from tests import tool_modules
 from vit_jax import models
 from vit_jax import serving
@@ -18,14 +19,6 @@ DENSE = (((1,), (0,)), ((), ()))
 
 def _f32(x):
   return np.asarray(jnp.asarray(x, jnp.float32))
-
-
-def _perturbed(params):
-  """Every parameter moved by noise (heads start at zero; random weights hide mistakes)."""
-  leaves, tree = jax.tree.flatten(params)
-  return jax.tree.unflatten(tree, [
-      p + 0.05 * jax.random.normal(jax.random.PRNGKey(i), p.shape, p.dtype)
-      for i, p in enumerate(leaves)])
 
 
 def _normal(seed, shape, scale=1.0, dtype=jnp.bfloat16):
@@ -118,7 +111,7 @@ class ModelOptionTest(absltest.TestCase):
     params = base.init(jax.random.PRNGKey(0), x)
     self.assertEqual(jax.tree.map(jnp.shape, params),
                      jax.tree.map(jnp.shape, quant.init(jax.random.PRNGKey(0), x)))
-    params = _perturbed(params)
+    params = test_model_contract.perturbed(params)
     ref = _f32(base.apply(params, x))
     got = _f32(quant.apply(params, x))
     self.assertLess(np.abs(got - ref).max() / np.abs(ref).max(), 0.15)
@@ -135,7 +128,7 @@ class ModelOptionTest(absltest.TestCase):
     kw = dict(num_layers=2, num_classes=4, matmul='fp8')
     plain = models.get_model('ViT-Ti_16', **kw)
     params = plain.init(jax.random.PRNGKey(0), x)
-    params = _perturbed(params)
+    params = test_model_contract.perturbed(params)
 
     def outputs_and_grads(model):
       loss = lambda v: jnp.sum(model.apply(v, x) ** 2)  # noqa: E731
@@ -154,7 +147,7 @@ class ModelOptionTest(absltest.TestCase):
     model = models.get_model('ViT-Ti_16', num_layers=1, num_classes=4, matmul='fp8')
     x = _normal(11, (2, 32, 32, 3), 1.0, jnp.float32)
     params = model.init(jax.random.PRNGKey(0), x)['params']
-    params = _perturbed(params)
+    params = test_model_contract.perturbed(params)
     path = os.path.join(self.create_tempdir().full_path, 'm.stablehlo')
     serving.export(model, params, 32, 'stablehlo', path)
     with open(path, 'rb') as f:

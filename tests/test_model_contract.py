@@ -89,7 +89,7 @@ def _traced_matmul_flops(jaxpr) -> float:
   return total
 
 
-def _perturbed(params, seed: int = 0):
+def perturbed(params, seed: int = 0):
   """Every parameter moved off its init (zero heads and unit norms hide mistakes)."""
   rng = np.random.default_rng(seed)
   return jax.tree.map(
@@ -103,7 +103,7 @@ class ModelContractTest(parameterized.TestCase):
     model = models.get_model(preset, num_classes=3, **overrides)
     family = models.family_of(model)
     images = np.random.default_rng(1).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
-    params = _perturbed(model.init(jax.random.PRNGKey(0), images[:1])['params'])
+    params = perturbed(model.init(jax.random.PRNGKey(0), images[:1])['params'])
 
     # Forward: the one compile, reused for the round trip.
     forward = jax.jit(lambda p, x: model.apply({'params': p}, x))
@@ -342,7 +342,7 @@ class ExtensionCostTest(absltest.TestCase):
     self.assertEqual(model.residual_scale, 0.5)
     plain = models.get_model('testing', num_classes=3)
     images = np.random.default_rng(0).uniform(-1, 1, (1, 16, 16, 3)).astype(np.float32)
-    params = _perturbed(plain.init(jax.random.PRNGKey(0), images)['params'])
+    params = perturbed(plain.init(jax.random.PRNGKey(0), images)['params'])
     # No new parameters: the published tree, and the published logits at scale 1.
     self.assertEqual(jax.tree.structure(model.init(jax.random.PRNGKey(0), images)),
                      jax.tree.structure({'params': params}))
