@@ -15,6 +15,10 @@ from vit_jax.data.builders.encode import encode
 
 NUM_CLASSES = 10
 TEST_PER_CLASS = 100
+# The digits as arrays (TensorFlow-free, in vit_jax.data.mnist5k_arrays), also under their
+# names here, where the notebook and users have read them.
+csv_path = mnist5k_arrays.csv_path
+load_arrays = mnist5k_arrays.load_arrays
 
 
 def split_indices(labels: np.ndarray) -> dict[str, np.ndarray]:
