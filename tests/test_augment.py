@@ -150,6 +150,9 @@ class RandAugmentTest(parameterized.TestCase):
       ('color_jitter(1.5)', r'brightness=1.5 must be in \[0, 1\)'),
       ('blur(0.5, 2.0, 1.0)', 'need 0 < sigma_min <= sigma_max'),
       ('solarize(0.2, 300)', r'threshold=300 must be in \[0, 256\]'),
+      ('random_affine(10, 1.5)', r'translate=1.5 must be a number or two numbers in \[0, 1\]'),
+      ('random_affine(10, 0, (1.1, 0.9))', r'scale=\(1.1, 0.9\) must be \(min, max\)'),
+      ('random_affine(10, interpolation="cubic")', "interpolation='cubic' must be"),
   )
   def test_bad_arguments_are_one_line(self, op, message):
     with self.assertRaisesRegex(ValueError, "config.pp.train='pretrain\\|" + r'.*' + message):
@@ -159,7 +162,7 @@ class RandAugmentTest(parameterized.TestCase):
 class PhotometricTest(parameterized.TestCase):
 
   @parameterized.parameters('color_jitter', 'grayscale(0.5)', 'solarize(0.5)',
-                            'blur(0.5)', 'erase(0.5)')
+                            'blur(0.5)', 'erase(0.5)', 'random_affine(15, 0.1, (0.9, 1.1), 5)')
   def test_shape_dtype_range_determinism(self, op):
     fn = preprocess.train_chain(_pp('resize(64)|' + op))
     for name in ('astronaut', 'chelsea'):
@@ -173,7 +176,8 @@ class PhotometricTest(parameterized.TestCase):
   def test_prob_0_is_the_identity(self):
     image = tf.constant(_photo())
     for fn in (augment.color_jitter(prob=0.0), augment.grayscale(0.0),
-               augment.solarize(0.0), augment.blur(0.0), augment.erase(0.0)):
+               augment.solarize(0.0), augment.blur(0.0), augment.erase(0.0),
+               augment.random_affine(30, 0.2, prob=0.0)):
       np.testing.assert_array_equal(fn(image, _seed(0)), image)
 
   def test_grayscale_equals_pil_luma(self):
@@ -206,6 +210,44 @@ class PhotometricTest(parameterized.TestCase):
       self.assertGreater(box.mean(), 0.9)  # one rectangle (noise may hit 10 by chance)
       self.assertLessEqual(box.size, 64 * 64 / 3 + 64)
       self.assertBetween(out[changed].mean(), 100, 155)
+
+
+class AffineTest(absltest.TestCase):
+
+  def _digit(self) -> np.ndarray:
+    image = np.zeros((28, 28, 1), np.uint8)
+    image[5:10, 3:20] = 200
+    image[10:25, 15:18] = 255
+    return image
+
+  def test_the_map_rotates_counter_clockwise_and_shifts_by_whole_pixels(self):
+    image = tf.constant(self._digit())
+    rot = randaug.affine(image, augment.inverse_affine(90.0, 0, 0, 1.0, 0.0, 28, 28), 0)
+    np.testing.assert_array_equal(rot[..., 0], np.rot90(self._digit()[..., 0]))
+    shift = randaug.affine(image, augment.inverse_affine(0.0, 3, -2, 1.0, 0.0, 28, 28), 0)
+    np.testing.assert_array_equal(shift, np.roll(self._digit(), (-2, 3), (0, 1)))
+
+  def test_no_range_is_the_identity_and_scale_2_quadruples_the_ink(self):
+    image = tf.constant(self._digit())
+    for interpolation in ('nearest', 'bilinear'):
+      same = augment.random_affine(interpolation=interpolation)(image, _seed(3))
+      np.testing.assert_array_equal(same, image)
+    square = np.zeros((28, 28, 1), np.uint8)
+    square[11:17, 11:17] = 255  # centred: twice its size still fits
+    big = augment.random_affine(scale=(2.0, 2.0))(tf.constant(square), _seed(3)).numpy()
+    self.assertBetween((big > 0).sum() / (square > 0).sum(), 3.5, 4.5)
+
+  def test_a_vertical_shift_draws_whole_pixels_up_to_the_fraction(self):
+    image = self._digit()  # ink in rows 5..24: a shift of up to 3 rows keeps all of it
+    first = np.nonzero(image[..., 0].any(axis=1))[0][0]
+    moves = set()
+    for s in range(12):
+      out = augment.random_affine(translate=(0.0, 0.1))(tf.constant(image), _seed(s)).numpy()
+      moved = np.nonzero(out[..., 0].any(axis=1))[0][0] - first
+      self.assertLessEqual(abs(moved), 3)  # 0.1 of 28 pixels, rounded
+      np.testing.assert_array_equal(out, np.roll(image, moved, axis=0))
+      moves.add(moved)
+    self.assertGreater(len(moves), 2)
 
 
 if __name__ == '__main__':

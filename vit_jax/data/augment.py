@@ -1,4 +1,4 @@
-"""Photometric and occlusion ops by name: colour jitter, grayscale, blur, solarisation, erasing.
+"""Random ops by name: colour jitter, grayscale, blur, solarisation, erasing, affine warps.
 
 Each is a random op of the pp string (vit_jax.data.pp_registry) on images with values in
 0..255 (uint8, or float straight from a resize), returning uint8; each applies with a
@@ -161,4 +161,69 @@ def erase(prob: float = 0.25, min_area: float = 0.02, max_area: float = 1 / 3,
       inside = (rows >= top) & (rows < top + bh) & (cols >= left) & (cols < left + bw)
       return tf.where(inside, patch, x)
     return _maybe(prob, apply_seed, image, erase_box)
+  return fn
+
+
+def inverse_affine(degrees, tx, ty, scale, shear, height, width) -> list:
+  """The input-from-output map of a warp about the centre, as randaug.affine takes it.
+
+  Forward: rotate by `degrees` counter-clockwise (as PIL and torchvision), shear x by
+  `shear` degrees, scale by `scale`, then move by (tx, ty) pixels.
+  """
+  t = tf.cast(degrees, tf.float32) * (math.pi / 180.0)
+  cos, sin = tf.cos(t), tf.sin(t)
+  tan = tf.tan(tf.cast(shear, tf.float32) * (math.pi / 180.0))
+  s = tf.cast(scale, tf.float32)
+  a = [(cos - tan * sin) / s, (-sin - tan * cos) / s, sin / s, cos / s]
+  cx = (tf.cast(width, tf.float32) - 1) / 2
+  cy = (tf.cast(height, tf.float32) - 1) / 2
+  px, py = cx + tf.cast(tx, tf.float32), cy + tf.cast(ty, tf.float32)
+  return [a[0], a[1], cx - a[0] * px - a[1] * py,
+          a[2], a[3], cy - a[2] * px - a[3] * py]
+
+
+def _pair(name: str, value, low: float, high: float) -> tuple:
+  pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+  if len(pair) != 2 or not all(isinstance(v, (int, float)) and low <= v <= high
+                               for v in pair):
+    raise ValueError(f'{name}={value!r} must be a number or two numbers in [{low:g}, {high:g}]')
+  return pair
+
+
+@register('random_affine', random=True)
+def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
+                  shear: float = 0.0, fill: int = 0, interpolation: str = 'nearest',
+                  prob: float = 1.0) -> Callable:
+  """random_affine(degrees, translate, scale, shear, fill, interpolation, prob): torchvision's RandomAffine."""
+  # As torchvision: angle and x-shear uniform in +-degrees/+-shear, a shift of up to
+  # translate * size pixels per axis (rounded; one number or (x, y)), scale uniform in
+  # [scale[0], scale[1]]; pixels from outside the image are `fill`.
+  if not 0 <= degrees <= 180:
+    raise ValueError(f'degrees={degrees!r} must be in [0, 180]')
+  if not 0 <= shear < 90:
+    raise ValueError(f'shear={shear!r} must be in [0, 90) degrees')
+  frac_x, frac_y = _pair('translate', translate, 0.0, 1.0)
+  if not isinstance(scale, (tuple, list)) or len(scale) != 2 or not 0 < scale[0] <= scale[1]:
+    raise ValueError(f'scale={scale!r} must be (min, max) with 0 < min <= max')
+  if not 0 <= fill <= 255:
+    raise ValueError(f'fill={fill!r} must be in [0, 255]')
+  if interpolation not in ('nearest', 'bilinear'):
+    raise ValueError(f"interpolation={interpolation!r} must be 'nearest' or 'bilinear'")
+  _check_prob(prob)
+
+  def warp(image: tf.Tensor, seeds) -> tf.Tensor:
+    h, w = tf.shape(image)[0], tf.shape(image)[1]
+    def uniform(seed, low, high):
+      return tf.random.stateless_uniform([], seed, low, high)
+    matrix = inverse_affine(
+        uniform(seeds[0], -degrees, degrees),
+        tf.round(uniform(seeds[1], -1.0, 1.0) * frac_x * tf.cast(w, tf.float32)),
+        tf.round(uniform(seeds[2], -1.0, 1.0) * frac_y * tf.cast(h, tf.float32)),
+        uniform(seeds[3], scale[0], scale[1]), uniform(seeds[4], -shear, shear), h, w)
+    out = randaug.affine(tf.cast(image, tf.float32), matrix, fill, interpolation.upper())
+    return tf.round(out)
+
+  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 6))
+    return _maybe(prob, seeds[5], image, lambda x: warp(x, seeds))
   return fn

@@ -114,12 +114,13 @@ def sharpness(image: tf.Tensor, factor) -> tf.Tensor:
   return blend(degenerate, image, factor)
 
 
-def affine(image: tf.Tensor, matrix) -> tf.Tensor:
-  """Output pixel (x, y) takes input (a0 x + a1 y + a2, b0 x + b1 y + b2), nearest; grey fill."""
+def affine(image: tf.Tensor, matrix, fill: float = _FILL,
+           interpolation: str = 'NEAREST') -> tf.Tensor:
+  """Output pixel (x, y) takes input (a0 x + a1 y + a2, b0 x + b1 y + b2); `fill` outside."""
   transform = tf.concat([tf.cast(tf.stack(matrix), tf.float32), tf.zeros([2])], 0)[None]
   out = tf.raw_ops.ImageProjectiveTransformV3(
       images=image[None], transforms=transform, output_shape=tf.shape(image)[:2],
-      fill_value=float(_FILL), interpolation='NEAREST', fill_mode='CONSTANT')
+      fill_value=float(fill), interpolation=interpolation, fill_mode='CONSTANT')
   return out[0]
 
 
