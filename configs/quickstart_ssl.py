@@ -10,8 +10,8 @@ quickstart's (configs/quickstart.py), with a class token as in MAE (the quicksta
 average and drops it when it fine-tunes); labels are read only by the few-shot probe at
 the end. DINO's demo is a small version of its recipe: 2 global views of 28 px, no local
 crops, K = 256 prototypes, 2,000 steps of 64 images, with the changes _apply_dino names.
-Fine-tune the result with the quickstart's recipe:
-  python -m vit_jax.main --config=configs/quickstart.py --workdir=/tmp/ft_mae \
+Fine-tune the result with the quickstart's 930-step recipe:
+  python -m vit_jax.main --config=configs/quickstart.py:short --workdir=/tmp/ft_mae \
       --config.pretrained_path=/tmp/ssl_mae/params.npz
 """
 from vit_jax.configs import base

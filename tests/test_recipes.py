@@ -106,6 +106,21 @@ AUGREG_LEVELS = {  # level: (pp.train, pp.mixup)
     'medium2': ('pretrain|randaug(2, 15)', 0.5), 'strong1': ('pretrain|randaug(2, 20)', 0.5),
     'strong2': ('pretrain|randaug(2, 20)', 0.8),
 }
+_QUICKSTART = {'dataset': 'mnist5k', 'model.hidden_size': 96, 'model.classifier': 'gap',
+               'batch': 128, 'optimizer': 'adam', 'base_lr': 2e-3, 'weight_decay': 1e-4,
+               'pp.label_smoothing': 0.1}
+EXPECTED.update({
+    # The README's quickstart numbers (0.970-0.974 over seeds 0-2) and its fine-tuning
+    # examples (':short', the recipe of earlier releases) were measured with these.
+    'quickstart.py': {
+        **_QUICKSTART, 'total_steps': 1600, 'warmup_steps': 200,
+        'model.stochastic_depth': 0.1,
+        'pp.train': "finetune|random_affine(degrees=15, scale=(0.85, 1.15), shear=10, "
+                    "interpolation='bilinear')"},
+    'quickstart.py:short': {
+        **_QUICKSTART, 'total_steps': 930, 'warmup_steps': 100,
+        'model.stochastic_depth': 0.0, 'pp.train': 'finetune'},
+})
 EXPECTED.update({
     'deit.py:s16,imagenet2012': {
         **TIMM_INPUT, 'model_name': 'ViT-S_16', 'dataset': 'imagenet2012',
@@ -172,12 +187,16 @@ class RecipeValuesTest(absltest.TestCase):
 
   def test_augmentation_recipes_pass_the_config_check(self):
     # Every op name and argument of the new recipes parses; the same on a small dataset.
-    for spec in ('deit.py:ti16,mnist5k', 'mae_finetune.py:ti16,mnist5k',
+    for spec in ('quickstart.py', 'deit.py:ti16,mnist5k', 'mae_finetune.py:ti16,mnist5k',
                  'augreg_pretrain.py:ti16,mnist5k,strong2,reg=0.1'):
       config = _load(spec)
       preprocess.train_chain(config.pp)
       preprocess.eval_chain(config.pp)
       optimizers.make(config, schedules.make(config))
+
+  def test_quickstart_variant_typo_is_one_line(self):
+    with self.assertRaisesRegex(ValueError, 'config argument \'shrot\': use none or "short"'):
+      _load('quickstart.py:shrot')
 
   def test_augreg_mistakes_are_one_line(self):
     with self.assertRaisesRegex(ValueError, "AugReg level 'medium3' does not exist; levels: "
