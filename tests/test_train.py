@@ -169,7 +169,8 @@ class NumericsTest(absltest.TestCase):
   def test_bfloat16_loss_curve_tracks_float32_on_the_quickstart(self):
     losses = {}
     for dtype in ('float32', 'bfloat16'):
-      c = configs.load(os.path.join(REPO, 'configs', 'quickstart.py'))
+      # ':short' has neither warps nor drop path: a curve that falls within 60 steps.
+      c = configs.load(os.path.join(REPO, 'configs', 'quickstart.py:short'))
       c.update(dict(total_steps=60, warmup_steps=10, log_every=10,
                     checkpoint_every=0, batch=64, eval_split='test[:200]',
                     data_dir=tfds_testdata.data_dir()))

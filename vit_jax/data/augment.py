@@ -194,7 +194,7 @@ def _pair(name: str, value, low: float, high: float) -> tuple:
 def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
                   shear: float = 0.0, fill: int = 0, interpolation: str = 'nearest',
                   prob: float = 1.0) -> Callable:
-  """random_affine(degrees, translate, scale, shear, fill, interpolation, prob): torchvision's RandomAffine."""
+  """random_affine(degrees, translate, scale, shear, ...): torchvision's RandomAffine."""
   # As torchvision: angle and x-shear uniform in +-degrees/+-shear, a shift of up to
   # translate * size pixels per axis (rounded; one number or (x, y)), scale uniform in
   # [scale[0], scale[1]]; pixels from outside the image are `fill`.
