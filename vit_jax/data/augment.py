@@ -21,6 +21,10 @@ def _check_prob(prob) -> None:
 def _maybe(prob: float, seed: tf.Tensor, image: tf.Tensor, fn: Callable) -> tf.Tensor:
   """fn(image) with probability prob, else the image (as uint8 either way)."""
   image = randaug.as_uint8(image)
+  if prob >= 1:  # a uniform draw in [0, 1) is always below 1: no draw and no branch
+    out = randaug.as_uint8(fn(image))
+    out.set_shape(image.shape)
+    return out
   apply = tf.random.stateless_uniform([], seed) < prob
   out = tf.cond(apply, lambda: randaug.as_uint8(fn(image)), lambda: image)
   out.set_shape(image.shape)
@@ -220,8 +224,8 @@ def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
         tf.round(uniform(seeds[1], -1.0, 1.0) * frac_x * tf.cast(w, tf.float32)),
         tf.round(uniform(seeds[2], -1.0, 1.0) * frac_y * tf.cast(h, tf.float32)),
         uniform(seeds[3], scale[0], scale[1]), uniform(seeds[4], -shear, shear), h, w)
-    out = randaug.affine(tf.cast(image, tf.float32), matrix, fill, interpolation.upper())
-    return tf.round(out)
+    # Float values: _maybe rounds them to uint8.
+    return randaug.affine(tf.cast(image, tf.float32), matrix, fill, interpolation.upper())
 
   def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 6))
