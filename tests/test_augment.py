@@ -153,6 +153,8 @@ class RandAugmentTest(parameterized.TestCase):
       ('random_affine(10, 1.5)', r'translate=1.5 must be a number or two numbers in \[0, 1\]'),
       ('random_affine(10, 0, (1.1, 0.9))', r'scale=\(1.1, 0.9\) must be \(min, max\)'),
       ('random_affine(10, interpolation="cubic")', "interpolation='cubic' must be"),
+      ('blur("x")', "op 'blur': an argument has the wrong type .*; signature blur\\(prob"),
+      ('random_affine("10")', "op 'random_affine': an argument has the wrong type"),
   )
   def test_bad_arguments_are_one_line(self, op, message):
     with self.assertRaisesRegex(ValueError, "config.pp.train='pretrain\\|" + r'.*' + message):

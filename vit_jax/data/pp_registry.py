@@ -100,6 +100,9 @@ def _build(name: str, args: tuple, kwargs: dict) -> Callable:
     return builder(*args, **kwargs)
   except ValueError as e:
     raise ValueError(f'op {name!r}: {e}') from None
+  except TypeError as e:  # e.g. a string where a number goes: a range check compared them
+    raise ValueError(f'op {name!r}: an argument has the wrong type ({e}); '
+                     f'signature {name}{inspect.signature(builder)}') from None
 
 
 Chain = Callable[[Any, Optional[tf.Tensor]], tf.Tensor]
