@@ -5,7 +5,7 @@ Each is a random op of the pp string (vit_jax.data.pp_registry) on images with v
 probability `prob` drawn from its own stateless seed.
 """
 import math
-from typing import Callable
+from typing import Callable, Union
 
 import tensorflow as tf
 
@@ -168,7 +168,11 @@ def erase(prob: float = 0.25, min_area: float = 0.02, max_area: float = 1 / 3,
   return fn
 
 
-def inverse_affine(degrees, tx, ty, scale, shear, height, width) -> list:
+Scalar = Union[tf.Tensor, float]
+
+
+def inverse_affine(degrees: Scalar, tx: Scalar, ty: Scalar, scale: Scalar, shear: Scalar,
+                   height: Scalar, width: Scalar) -> list:
   """The input-from-output map of a warp about the centre, as randaug.affine takes it.
 
   Forward: rotate by `degrees` counter-clockwise (as PIL and torchvision), shear x by
