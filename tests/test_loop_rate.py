@@ -1,4 +1,4 @@
-"""tools/loop_rate.py: the trainer's step fed by its pipeline, on one batch, and the pipeline alone."""
+"""tools/loop_rate.py: the step fed by the pipeline, on one batch, and the pipeline alone."""
 import os
 import sys
 

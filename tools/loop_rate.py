@@ -48,7 +48,7 @@ def pipeline_cost(batches: Iterator, num_batches: int, batch: int) -> tuple[floa
 
 
 def main(unused_argv) -> None:
-  """Times the windows and prints them."""
+  """Times the windows (when asked for) and the pipeline alone, and prints them."""
   config = configs.load(experiments.resolve(_CONFIG.value))
   if _PP_TRAIN.value is not None:
     config.pp.train = _PP_TRAIN.value
@@ -90,6 +90,7 @@ def _time_windows(config, mesh, batches: Iterator) -> None:
   print(f'median: fed {statistics.median(fed):.0f} img/s, fixed batch '
         f'{statistics.median(alone):.0f} img/s '
         f'({statistics.median(fed) / statistics.median(alone):.3f}x)')
+
 
 if __name__ == '__main__':
   host_memory.retain_on_cpu()  # before JAX starts its CPU backend
