@@ -164,7 +164,7 @@ class RandAugmentTest(parameterized.TestCase):
 class PhotometricTest(parameterized.TestCase):
 
   @parameterized.parameters('color_jitter', 'grayscale(0.5)', 'solarize(0.5)',
-                            'blur(0.5)', 'erase(0.5)', 'random_affine(15, 0.1, (0.9, 1.1), 5)')
+                            'blur(0.5)', 'erase(0.5)')
   def test_shape_dtype_range_determinism(self, op):
     fn = preprocess.train_chain(_pp('resize(64)|' + op))
     for name in ('astronaut', 'chelsea'):
@@ -178,9 +178,10 @@ class PhotometricTest(parameterized.TestCase):
   def test_prob_0_is_the_identity(self):
     image = tf.constant(_photo())
     for fn in (augment.color_jitter(prob=0.0), augment.grayscale(0.0),
-               augment.solarize(0.0), augment.blur(0.0), augment.erase(0.0),
-               augment.random_affine(30, 0.2, prob=0.0)):
+               augment.solarize(0.0), augment.blur(0.0), augment.erase(0.0)):
       np.testing.assert_array_equal(fn(image, _seed(0)), image)
+    warp = augment.random_affine(30, 0.2, prob=0.0)  # a batch op
+    np.testing.assert_array_equal(warp(image[None], _seed(0))[0], image)
 
   def test_grayscale_equals_pil_luma(self):
     image = _photo('chelsea')
@@ -214,7 +215,7 @@ class PhotometricTest(parameterized.TestCase):
       self.assertBetween(out[changed].mean(), 100, 155)
 
 
-class AffineTest(absltest.TestCase):
+class AffineTest(parameterized.TestCase):
 
   def _digit(self) -> np.ndarray:
     image = np.zeros((28, 28, 1), np.uint8)
@@ -230,26 +231,60 @@ class AffineTest(absltest.TestCase):
     np.testing.assert_array_equal(shift, np.roll(self._digit(), (-2, 3), (0, 1)))
 
   def test_no_range_is_the_identity_and_scale_2_quadruples_the_ink(self):
-    image = tf.constant(self._digit())
+    images = tf.constant(np.stack([self._digit()] * 3))
     for interpolation in ('nearest', 'bilinear'):
-      same = augment.random_affine(interpolation=interpolation)(image, _seed(3))
-      np.testing.assert_array_equal(same, image)
-    square = np.zeros((28, 28, 1), np.uint8)
-    square[11:17, 11:17] = 255  # centred: twice its size still fits
+      same = augment.random_affine(interpolation=interpolation)(images, _seed(3))
+      np.testing.assert_array_equal(same, images)
+    square = np.zeros((1, 28, 28, 1), np.uint8)
+    square[0, 11:17, 11:17] = 255  # centred: twice its size still fits
     big = augment.random_affine(scale=(2.0, 2.0))(tf.constant(square), _seed(3)).numpy()
     self.assertBetween((big > 0).sum() / (square > 0).sum(), 3.5, 4.5)
 
-  def test_a_vertical_shift_draws_whole_pixels_up_to_the_fraction(self):
+  def test_a_vertical_shift_draws_whole_pixels_up_to_the_fraction_per_row(self):
     image = self._digit()  # ink in rows 5..24: a shift of up to 3 rows keeps all of it
     first = np.nonzero(image[..., 0].any(axis=1))[0][0]
     moves = set()
-    for s in range(12):
-      out = augment.random_affine(translate=(0.0, 0.1))(tf.constant(image), _seed(s)).numpy()
-      moved = np.nonzero(out[..., 0].any(axis=1))[0][0] - first
-      self.assertLessEqual(abs(moved), 3)  # 0.1 of 28 pixels, rounded
-      np.testing.assert_array_equal(out, np.roll(image, moved, axis=0))
-      moves.add(moved)
+    for s in range(3):
+      out = augment.random_affine(translate=(0.0, 0.1))(
+          tf.constant(np.stack([image] * 8)), _seed(s)).numpy()
+      for row in out:  # each row its own draw
+        moved = np.nonzero(row[..., 0].any(axis=1))[0][0] - first
+        self.assertLessEqual(abs(moved), 3)  # 0.1 of 28 pixels, rounded
+        np.testing.assert_array_equal(row, np.roll(image, moved, axis=0))
+        moves.add(moved)
     self.assertGreater(len(moves), 2)
+
+  def test_a_batch_op_is_seeded_shaped_and_applied_with_prob(self):
+    images = tf.constant(np.stack([_photo(size=64)] * 16))
+    fn = augment.random_affine(15, 0.1, (0.9, 1.1), 5, prob=0.5)
+    out = fn(images, _seed(1)).numpy()
+    self.assertEqual((out.shape, out.dtype), ((16, 64, 64, 3), np.uint8))
+    np.testing.assert_array_equal(out, fn(images, _seed(1)))
+    self.assertFalse(np.array_equal(out, fn(images, _seed(2))))
+    kept = [np.array_equal(o, images[0]) for o in out]
+    self.assertBetween(sum(kept), 2, 14)  # prob 0.5 per row
+    self.assertGreater(len({o.tobytes() for o, k in zip(out, kept) if not k}), 1)
+
+  @parameterized.parameters(
+      ('pretrain|random_affine(10)|flip_lr', "op 'flip_lr' comes after the batch op "
+       "'random_affine': batch ops work on whole batches, after every per-example op"),
+      ('pretrain|random_affine(10)|random_affine(5)', None),
+  )
+  def test_batch_ops_come_last(self, train, message):
+    if message is None:
+      example, batch_ops = preprocess.train_chains(_pp(train))
+      self.assertIsNotNone(batch_ops)
+    else:
+      with self.assertRaisesRegex(ValueError, "config.pp.train='pretrain.*" + message):
+        preprocess.train_chains(_pp(train))
+
+  def test_batch_ops_are_refused_where_images_come_one_at_a_time(self):
+    with self.assertRaisesRegex(ValueError, "op 'random_affine' works on whole batches"):
+      preprocess.pp_registry.build('resize(28)|random_affine(10)', _pp('pretrain'))
+    pp = _pp('pretrain')
+    pp.eval = 'random_affine(10)'
+    with self.assertRaisesRegex(ValueError, "config.pp.eval=.*op 'random_affine' is random"):
+      preprocess.eval_chain(pp)
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ from vit_jax.data import sources as datasets
 from vit_jax.data import pipeline as input_pipeline
 from vit_jax.parallel import sharding
 from vit_jax.data import plan
+from vit_jax.data import preprocess
 from vit_jax.data import reader
 
 # 64 train / 16 test images of 8x8: with batch 8 and 4 shards an epoch is 8 steps.
@@ -136,6 +137,30 @@ class TrainPipelineTest(parameterized.TestCase):
         np.testing.assert_array_equal(
             one[step][key], np.concatenate([part[step][key] for part in parts]))
 
+  def test_batch_ops_warp_each_shard_block_whatever_the_process_count(self):
+    warp = "random_affine(20, 0.2, (0.8, 1.2), interpolation='bilinear')"
+    config = _tiny(**{'pp.train': 'pretrain|' + warp})
+    one = _batches(config, [0, 1, 2, 3], 0, 10)
+    parts = [_batches(config, [p], 0, 10) for p in range(4)]
+    resumed = _batches(config, [0, 1, 2, 3], 7, 3)
+    plain = _batches(_tiny(), [0, 1, 2, 3], 0, 10)  # the same per-example ops, no warp
+    batch_ops = preprocess.train_chains(config.pp)[1]
+    fold_in = tf.random.experimental.stateless_fold_in
+    for step in range(10):
+      self.assertEqual(set(one[step]), set(plain[step]))
+      np.testing.assert_array_equal(one[step]['index'], plain[step]['index'])
+      np.testing.assert_array_equal(
+          one[step]['image'], np.concatenate([part[step]['image'] for part in parts]))
+      for shard in range(4):  # block seed: (seed, 1) folded with the shard, then the step
+        rows = slice(2 * shard, 2 * shard + 2)
+        seed = fold_in(fold_in(tf.constant([config.seed, 1], tf.int64), np.int64(shard)),
+                       np.int64(step))
+        np.testing.assert_array_equal(one[step]['image'][rows],
+                                      batch_ops(tf.constant(plain[step]['image'][rows]), seed))
+    self.assertFalse(np.array_equal(one[0]['image'], plain[0]['image']))
+    for a, b in zip(one[7:], resumed):
+      np.testing.assert_array_equal(a['image'], b['image'])
+
   def test_global_arrays_match_across_meshes(self):
     config = _tiny(**{'pp.mixup': 0.5})
     a = next(input_pipeline.make_train_iterator(config, _mesh(8), start_step=3))
@@ -259,6 +284,43 @@ class TrainPipelineTest(parameterized.TestCase):
           np.testing.assert_array_equal(x[key], y[key], err_msg=f'{overrides} {key}')
       if overrides is mixed:
         self.assertAlmostEqual(float(b[0]['label'].max()), 0.9 + 0.1 / 3, places=6)
+
+  def test_whole_decoded_images_are_cached_decoded_with_the_same_stream(self):
+    for train in ('finetune', "finetune|random_affine(20, 0.2, interpolation='bilinear')"):
+      config = _tiny(**{'pp.train': train, 'pp.pad': 1})
+      a = _batches(config, [0, 2, 3], 9, 3)
+      for mb in (1024, 0):  # 0: too big to keep decoded, the bytes are kept
+        b = _batches(_tiny(cache=True, cache_decoded_mb=mb, **{'pp.train': train,
+                                                               'pp.pad': 1}), [0, 2, 3], 9, 3)
+        for x, y in zip(a, b):
+          self.assertEqual(sorted(x), sorted(y))
+          for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=f'{train} {mb} {key}')
+
+  def test_bad_cache_decoded_mb_is_one_line(self):
+    with self.assertRaisesRegex(ValueError, r"config.cache_decoded_mb=-1 must be a number of "
+                                r"MB >= 0"):
+      input_pipeline.train_dataset(_tiny(cache=True, cache_decoded_mb=-1), [0])
+
+  def test_cache_shards_decodes_when_one_shape_fits(self):
+    config = _tiny()
+    spec = datasets.resolve(TINY)
+    builder = datasets.prepare(spec, config.data_dir)
+    files = reader.split_files(builder, 'train')
+    parse = input_pipeline._parser(builder, spec)
+    decode = lambda data: preprocess.decode_op(data, config.pp)  # noqa: E731
+    encoded = reader.cache_shards(files, [(0, 10), (10, 64)], parse)
+    decoded = reader.cache_shards(files, [(0, 10), (10, 64)], parse, decode, 64 * 8 * 8 * 3)
+    self.assertEqual([len(c[0]) for c in decoded], [10, 54])
+    for (bytes_, labels), (images, same_labels) in zip(encoded, decoded):
+      self.assertEqual((images.dtype, images.shape[1:]), (np.uint8, (8, 8, 3)))
+      np.testing.assert_array_equal(labels, same_labels)
+      np.testing.assert_array_equal(images[3], decode(bytes_[3]))
+    too_big = reader.cache_shards(files, [(0, 64)], parse, decode, 64 * 8 * 8 * 3 - 1)
+    self.assertEqual(too_big[0][0].dtype, object)
+    shapes = np.array([tf.io.encode_png(np.zeros(s, np.uint8)).numpy()
+                       for s in ((8, 8, 3), (8, 9, 3))], object)
+    self.assertIsNone(reader.decode_all(shapes, decode, 1 << 20))
 
   def test_parse_all_keeps_label_lists_per_example(self):
     records = np.array([b'ab', b'c'], object)

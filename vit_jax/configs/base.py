@@ -96,6 +96,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.shuffle_buffer = 50_000
   c.prefetch = 2                  # batches prefetched to the devices
   c.cache = False                 # keep this process's training records in memory (small data)
+  c.cache_decoded_mb = 1024       # with cache: kept decoded if that takes at most this many MB
   # Virtual shards of the training split: the global batch of a step is the same on any
   # number of processes dividing data_shards (must divide batch). Changing it changes the
   # data order, so keep it fixed for a run and its resumptions.

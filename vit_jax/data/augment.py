@@ -197,14 +197,15 @@ def _pair(name: str, value, low: float, high: float) -> tuple:
   return pair
 
 
-@register('random_affine', random=True)
+@register('random_affine', batched=True)
 def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
                   shear: float = 0.0, fill: int = 0, interpolation: str = 'nearest',
                   prob: float = 1.0) -> Callable:
-  """random_affine(degrees, translate, scale, shear, ...): torchvision's RandomAffine."""
+  """random_affine(degrees, translate, scale, shear, ...): torchvision's RandomAffine, batched."""
   # As torchvision: angle and x-shear uniform in +-degrees/+-shear, a shift of up to
   # translate * size pixels per axis (rounded; one number or (x, y)), scale uniform in
-  # [scale[0], scale[1]]; pixels from outside the image are `fill`.
+  # [scale[0], scale[1]]; pixels from outside the image are `fill`. A batch op: one
+  # projective-transform call warps a block of rows, each with its own draws.
   if not 0 <= degrees <= 180:
     raise ValueError(f'degrees={degrees!r} must be in [0, 180]')
   if not 0 <= shear < 90:
@@ -218,19 +219,25 @@ def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
     raise ValueError(f"interpolation={interpolation!r} must be 'nearest' or 'bilinear'")
   _check_prob(prob)
 
-  def warp(image: tf.Tensor, seeds) -> tf.Tensor:
-    h, w = tf.shape(image)[0], tf.shape(image)[1]
-    def uniform(seed, low, high):
-      return tf.random.stateless_uniform([], seed, low, high)
-    matrix = inverse_affine(
-        uniform(seeds[0], -degrees, degrees),
-        tf.round(uniform(seeds[1], -1.0, 1.0) * frac_x * tf.cast(w, tf.float32)),
-        tf.round(uniform(seeds[2], -1.0, 1.0) * frac_y * tf.cast(h, tf.float32)),
-        uniform(seeds[3], scale[0], scale[1]), uniform(seeds[4], -shear, shear), h, w)
-    # Float values: _maybe rounds them to uint8.
-    return randaug.affine(tf.cast(image, tf.float32), matrix, fill, interpolation.upper())
-
-  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  def fn(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    n, h, w = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
     seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 6))
-    return _maybe(prob, seeds[5], image, lambda x: warp(x, seeds))
+
+    def uniform(k, low, high):
+      return tf.random.stateless_uniform([n], seeds[k], low, high)
+    matrix = inverse_affine(
+        uniform(0, -degrees, degrees),
+        tf.round(uniform(1, -1.0, 1.0) * frac_x * tf.cast(w, tf.float32)),
+        tf.round(uniform(2, -1.0, 1.0) * frac_y * tf.cast(h, tf.float32)),
+        uniform(3, scale[0], scale[1]), uniform(4, -shear, shear), h, w)
+    zeros = tf.zeros([n])
+    warped = randaug.as_uint8(tf.raw_ops.ImageProjectiveTransformV3(
+        images=tf.cast(images, tf.float32), transforms=tf.stack(matrix + [zeros, zeros], 1),
+        output_shape=tf.stack([h, w]), fill_value=float(fill),
+        interpolation=interpolation.upper(), fill_mode='CONSTANT'))
+    if prob < 1:
+      keep = tf.random.stateless_uniform([n], seeds[5]) >= prob
+      warped = tf.where(keep[:, None, None, None], randaug.as_uint8(images), warped)
+    warped.set_shape(images.shape)
+    return warped
   return fn

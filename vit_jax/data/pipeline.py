@@ -161,7 +161,7 @@ def check_train_config(config, info) -> None:
       raise ValueError('config.pp.mixup / config.pp.cutmix mix single images; set them to '
                        '0 with config.pp.multicrop views.')
   else:
-    preprocess.train_chain(pp)  # op names and arguments
+    preprocess.train_chains(pp)  # op names, arguments and places
   for key in ('mixup', 'cutmix'):
     if not pp.get(key, 0.0) >= 0:
       raise ValueError(f'config.pp.{key}={pp.get(key)!r} must be >= 0 (Beta alpha; 0 = off)')
@@ -177,6 +177,9 @@ def check_train_config(config, info) -> None:
     raise ValueError(f'config.pp.repeats={repeats} with Mixup/CutMix needs at least '
                      f'{2 * repeats} rows per data shard (config.batch / config.data_shards '
                      f'= {rows}), or an image is mixed with its own copy')
+  mb = config.get('cache_decoded_mb', 0)
+  if isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb < 0:
+    raise ValueError(f'config.cache_decoded_mb={mb!r} must be a number of MB >= 0')
   shards = config.data_shards
   if shards < 1 or config.batch % shards:
     raise ValueError(f'config.batch={config.batch} is not divisible by '
@@ -201,6 +204,7 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   Yields batches of len(shards) * batch/data_shards rows: {'image': uint8, 'label', 'index'
   (each example's position in the training split), 'ratio' (mixing weights, with pp.mixup
   or pp.cutmix), 'image_ratio' and 'box' (with pp.cutmix)}.
+  Batch ops at the end of pp.train run on each shard's block of rows after batching.
   finalize() turns them into model inputs. Exposed so tests and tools can build any
   process's part of the global batch without a multi-process run.
   """
@@ -215,7 +219,13 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   shuffle = config.shuffle_buffer > 1
   segment = max(1, _ceil_div(config.shuffle_buffer, num_shards)) if shuffle else 1024
   repeats = config.pp.get('repeats', 1)
-  cached = (reader.cache_shards(files, [bounds[v] for v in shards], parse) if config.cache
+  # Small data whose training chain decodes whole images is kept decoded: the decode op runs
+  # once per image, not once per epoch (the same pixels).
+  decode = (functools.partial(preprocess.decode_op, pp=config.pp, scale=spec.image_scale)
+            if not view_counts.enabled(config.pp) and preprocess.decodes_whole(config.pp)
+            else None)
+  cached = (reader.cache_shards(files, [bounds[v] for v in shards], parse, decode,
+                                int(config.get('cache_decoded_mb', 0) * 2**20)) if config.cache
             else [None] * len(shards))
   streams = []
   for v, shard_cache in zip(shards, cached):
@@ -234,34 +244,51 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   pp = config.pp
   base_seed = tf.constant([config.seed, 0], tf.int64)
   fold_in = tf.random.experimental.stateless_fold_in
+  batch_ops = None if view_counts.enabled(pp) else preprocess.train_chains(pp)[1]
 
   def example(el):
-    # Cached datasets come parsed (reader.cache_shards), the others as records.
-    image_bytes, label = ((el['image_bytes'], el['label']) if 'record' not in el
-                          else parse(el['record']))
+    # Cached datasets come parsed, maybe decoded (reader.cache_shards), the others as records.
+    data, label = ((el.get('image', el.get('image_bytes')), el['label'])
+                   if 'record' not in el else parse(el['record']))
     seed = fold_in(fold_in(base_seed, 2 * el['shard']), el['position'])
     if view_counts.enabled(pp):  # 'image' [views, ...] and 'local' [local views, ...]
-      out = multicrop.views(image_bytes, seed, pp, spec.image_scale)
+      out = multicrop.views(data, seed, pp, spec.image_scale)
     else:
-      out = {'image': preprocess.train_image(image_bytes, seed, pp, spec.image_scale)}
+      out = {'image': preprocess.train_image(data, seed, pp, spec.image_scale,
+                                             decoded='image' in el)}
     # Scalar labels become one-hot vectors per batch (targets_of_batch), label lists here.
     out.update(label=(preprocess.targets(label, info.num_classes, True, pp.label_smoothing)
                       if pp.multi_hot else label),
                index=el['index'])
+    if batch_ops is not None:
+      out['position'] = el['position']
     if pp.mixup > 0 or pp.get('cutmix', 0.0) > 0:
       # One draw per shard and step: every row of a shard's block gets the same one.
       step_seed = fold_in(fold_in(base_seed, 2 * el['shard'] + 1), el['position'] // rows)
       out.update(preprocess.mix_params(step_seed, pp))
     return out
 
-  def targets_of_batch(batch):
-    return dict(batch, label=preprocess.targets(batch['label'], info.num_classes,
-                                                smoothing=pp.label_smoothing))
+  # Batch ops draw from one seed per data shard and step (a stream apart from the examples'
+  # and the mixing draws), so a block's augmentation does not depend on the process count.
+  block_base = tf.constant([config.seed, 1], tf.int64)
+
+  def of_batch(batch):
+    if not pp.multi_hot:  # one op per batch instead of one per example; the same values
+      batch = dict(batch, label=preprocess.targets(batch['label'], info.num_classes,
+                                                   smoothing=pp.label_smoothing))
+    if batch_ops is not None:
+      position = batch.pop('position')
+      blocks = [batch_ops(batch['image'][j * rows:(j + 1) * rows],
+                          fold_in(fold_in(block_base, np.int64(v)), position[j * rows] // rows))
+                for j, v in enumerate(shards)]
+      batch['image'] = tf.concat(blocks, 0)
+    return batch
 
   ds = ds.map(reader.traced(example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(rows * len(shards), drop_remainder=True)
-  if not pp.multi_hot:  # one op per batch instead of one per example; the same values
-    ds = ds.map(reader.traced(targets_of_batch))
+  if not pp.multi_hot or batch_ops is not None:
+    ds = ds.map(reader.traced(of_batch), num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
 

@@ -4,9 +4,11 @@ An op is one builder function registered here under a name: called with the op's
 from the pp string, it checks them (a ValueError names the argument) and returns the per-
 example function. Random ops take (image, seed) and are given their own stateless seed;
 deterministic ops take (image). Decoding ops take an `Encoded` record instead of an image
-and may only come first. Named compositions (the recipes) expand to pp strings of ops: a
-bare composition name expands ('resize'), the same name with arguments is the op
-('resize(224)').
+and may only come first. Batch ops take (images [B, H, W, C], seed) and draw every row's
+randomness from that one seed: they run after batching, on each data shard's block of
+rows, so they come last in a training chain. Named compositions (the recipes) expand to
+pp strings of ops: a bare composition name expands ('resize'), the same name with
+arguments is the op ('resize(224)').
 """
 import ast
 import dataclasses
@@ -22,6 +24,7 @@ class OpInfo:
   builder: Callable[..., Callable]
   random: bool    # the per-example function takes (image, seed)
   decodes: bool   # it takes an Encoded record: only first in a chain
+  batched: bool = False  # it takes (images [B, H, W, C], seed): only last, in training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +40,11 @@ OPS: dict[str, OpInfo] = {}
 COMPOSITIONS: dict[str, Callable[[Any], str]] = {}
 
 
-def register(name: str, *, random: bool = False, decodes: bool = False):
-  """Decorator: registers an op builder under `name`."""
+def register(name: str, *, random: bool = False, decodes: bool = False,
+             batched: bool = False):
+  """Decorator: registers an op builder under `name` (batched ops are random)."""
   def wrap(builder: Callable[..., Callable]) -> Callable[..., Callable]:
-    OPS[name] = OpInfo(builder, random, decodes)
+    OPS[name] = OpInfo(builder, random or batched, decodes, batched)
     return builder
   return wrap
 
@@ -106,32 +110,74 @@ def _build(name: str, args: tuple, kwargs: dict) -> Callable:
 
 
 Chain = Callable[[Any, Optional[tf.Tensor]], tf.Tensor]
+BatchChain = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+
+def _seeded(seed: tf.Tensor, n: int) -> list:
+  return tf.unstack(tf.random.experimental.stateless_split(seed, n)) if n else []
+
+
+def build_split(text: str, pp, *, decoded: bool = False) -> tuple[Chain, Optional[BatchChain]]:
+  """(per-example chain, batch chain or None) of a training pp string.
+
+  The batch chain applies the trailing batch ops to a block of rows [B, H, W, C] with one
+  seed; batch op k gets the k-th seed of stateless_split(seed, number of batch ops).
+  With decoded=True the chain's first op, `decode`, is left out: it takes decoded images.
+  """
+  ops = parse(expand(text, pp))
+  if decoded:
+    if ops[0][0] != 'decode':
+      raise ValueError(f'{text!r} does not start with decode: its images cannot come decoded')
+    ops = ops[1:]
+  first = next((i for i, (name, _, _) in enumerate(ops)
+                if name in OPS and OPS[name].batched), len(ops))
+  for name, _, _ in ops[first:]:
+    if name in OPS and not OPS[name].batched:
+      raise ValueError(f'op {name!r} comes after the batch op {ops[first][0]!r}: batch ops '
+                       'work on whole batches, after every per-example op')
+  example = _chain(ops[:first], train=True)
+  batch_ops = [_build(*op) for op in ops[first:]]
+  if not batch_ops:
+    return example, None
+
+  def apply_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    for fn, s in zip(batch_ops, _seeded(seed, len(batch_ops))):
+      images = fn(images, s)
+    return images
+  return example, apply_batch
 
 
 def build(text: str, pp, *, train: bool = True) -> Chain:
   """The function (image or Encoded, seed) -> image that applies the ops of `text` in order.
 
   Composition names in `text` are expanded for config.pp first. With train=False (evaluation)
-  random and decoding ops are refused: evaluation is deterministic and decodes itself.
+  random and decoding ops are refused: evaluation is deterministic and decodes itself. Batch
+  ops are refused (build_split runs them).
 
   Random op k of the chain gets the k-th seed of stateless_split(seed, number of random ops)
   (a prefix of any longer split), so adding a random op at the end of a chain leaves the
   augmentation of the ops before it unchanged.
   """
+  return _chain(parse(expand(text, pp)), train)
+
+
+def _chain(parsed: list[tuple[str, tuple, dict]], train: bool) -> Chain:
   ops = []
-  for i, (name, args, kwargs) in enumerate(parse(expand(text, pp))):
+  for i, (name, args, kwargs) in enumerate(parsed):
     fn = _build(name, args, kwargs)
     info = OPS[name]
     if info.decodes and (i or not train):
       raise ValueError(f'op {name!r} decodes image bytes: it can only come first, in training')
     if info.random and not train:
       raise ValueError(f'op {name!r} is random: evaluation takes deterministic ops only')
+    if info.batched:
+      raise ValueError(f'op {name!r} works on whole batches: only at the end of '
+                       'config.pp.train (not in multi-crop views or evaluation)')
     ops.append((fn, info))
   num_random = sum(info.random for _, info in ops)
 
   def apply(image, seed=None):
-    if num_random:
-      seeds = tf.unstack(tf.random.experimental.stateless_split(seed, num_random))
+    seeds = _seeded(seed, num_random)
     k = 0
     for fn, info in ops:
       if info.random:
@@ -142,7 +188,12 @@ def build(text: str, pp, *, train: bool = True) -> Chain:
   return apply
 
 
+def first_op(text: str, pp) -> str:
+  """The name of the first op of `text` (compositions expanded)."""
+  return parse(expand(text, pp))[0][0]
+
+
 def decodes_first(text: str, pp) -> bool:
   """Whether the first op of `text` decodes (else the caller decodes before the chain)."""
-  name = parse(expand(text, pp))[0][0]
+  name = first_op(text, pp)
   return name in OPS and OPS[name].decodes

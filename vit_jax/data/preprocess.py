@@ -24,7 +24,7 @@ The recipes are named compositions of them, expanded from the other pp fields:
 Resizing squashes to a square like the original vit_jax; pp.keep_aspect resizes the shorter
 side instead. A training chain that does not start with a decoding op gets `decode` first.
 """
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -183,13 +183,36 @@ def _resize_recipe(pp) -> str:
   return f'resize({pp.crop})'
 
 
-def train_chain(pp) -> pp_registry.Chain:
-  """The pp.train ops as one function (Encoded, seed) -> image; bad ops raise one line."""
+def _train_text(pp) -> str:
+  return pp.train if pp_registry.decodes_first(pp.train, pp) else 'decode|' + pp.train
+
+
+def train_chains(pp, decoded: bool = False
+                 ) -> tuple[pp_registry.Chain, Optional[pp_registry.BatchChain]]:
+  """The pp.train ops: (per-example chain (Encoded, seed) -> image, batch ops or None).
+
+  With decoded=True the per-example chain takes decoded images (see decodes_whole).
+  Bad or misplaced ops raise one line naming config.pp.train.
+  """
   try:
-    text = pp.train if pp_registry.decodes_first(pp.train, pp) else 'decode|' + pp.train
-    return pp_registry.build(text, pp)
+    return pp_registry.build_split(_train_text(pp), pp, decoded=decoded)
   except ValueError as e:
     raise ValueError(f'config.pp.train={pp.train!r}: {e}') from None
+
+
+def decodes_whole(pp) -> bool:
+  """Whether pp.train starts by decoding whole images (so they may be decoded once, cached)."""
+  return pp_registry.first_op(_train_text(pp), pp) == 'decode'
+
+
+def decode_op(data: tf.Tensor, pp, scale: int = 1) -> tf.Tensor:
+  """The `decode` op of pp.train on encoded bytes: uint8 [H, W, pp.num_channels] x scale."""
+  return _decode_op()(pp_registry.Encoded(data, pp.num_channels, scale))
+
+
+def train_chain(pp) -> pp_registry.Chain:
+  """The per-example pp.train ops as one function (Encoded, seed) -> image."""
+  return train_chains(pp)[0]
 
 
 def eval_chain(pp) -> pp_registry.Chain:
@@ -200,9 +223,13 @@ def eval_chain(pp) -> pp_registry.Chain:
     raise ValueError(f'config.pp.eval={pp.eval!r}: {e}') from None
 
 
-def train_image(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1) -> tf.Tensor:
-  """Applies the pp.train ops to encoded image bytes: uint8 [crop, crop, C]."""
-  image = train_chain(pp)(pp_registry.Encoded(data, pp.num_channels, scale), seed)
+def train_image(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1,
+                decoded: bool = False) -> tf.Tensor:
+  """Applies the per-example pp.train ops to encoded bytes (decoded: an image): uint8."""
+  if decoded:
+    image = train_chains(pp, decoded=True)[0](data, seed)
+  else:
+    image = train_chain(pp)(pp_registry.Encoded(data, pp.num_channels, scale), seed)
   return image if image.dtype == tf.uint8 else to_uint8(image)
 
 

@@ -112,6 +112,21 @@ def parse_all(records: np.ndarray, parse: Callable) -> Optional[tuple[np.ndarray
   return np.concatenate(images), np.concatenate(labels)
 
 
+def decode_all(images: np.ndarray, decode: Callable, max_bytes: int) -> Optional[np.ndarray]:
+  """The encoded images decoded once, uint8 [n, H, W, C]; None if shapes differ or too big."""
+  if not len(images):
+    return None
+  first = tf.data.Dataset.from_tensors(images[0]).map(traced(decode)).get_single_element()
+  if len(images) * first.numpy().nbytes > max_bytes:
+    return None
+  ds = tf.data.Dataset.from_tensor_slices(tf.constant(images, tf.string)).map(
+      traced(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  decoded = list(ds.as_numpy_iterator())
+  if any(d.shape != decoded[0].shape for d in decoded):
+    return None
+  return np.stack(decoded)
+
+
 def _contiguous_runs(bounds: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
   """Splits [lo, hi) ranges, in order, into runs where each range starts at the last's end."""
   runs = []
@@ -124,11 +139,14 @@ def _contiguous_runs(bounds: Sequence[tuple[int, int]]) -> list[list[tuple[int, 
 
 
 def cache_shards(files: SplitFiles, bounds: Sequence[tuple[int, int]],
-                 parse: Optional[Callable] = None) -> list[tuple[np.ndarray, ...]]:
+                 parse: Optional[Callable] = None, decode: Optional[Callable] = None,
+                 max_decoded_bytes: int = 0) -> list[tuple[np.ndarray, ...]]:
   """Each shard's examples in host memory, for shard_stream(cached=...).
 
   (records,) per shard, or with `parse` (record -> (image bytes, scalar label)) (image
-  bytes, labels) parsed once for all shards together (one traced parser, not one per shard).
+  bytes, labels) parsed once for all shards together (one traced parser, not one per shard),
+  and with `decode` (image bytes -> uint8 image) (images [n, H, W, C], labels) when every
+  image decodes to one shape and all take at most max_decoded_bytes.
   """
   records = []
   for run in _contiguous_runs(bounds):  # one read per run of adjacent shards
@@ -137,8 +155,12 @@ def cache_shards(files: SplitFiles, bounds: Sequence[tuple[int, int]],
   parsed = parse_all(np.concatenate(records), parse) if parse is not None and records else None
   if parsed is None:
     return [(r,) for r in records]
+  images = parsed[0]
+  if decode is not None:
+    decoded = decode_all(images, decode, max_decoded_bytes)
+    images = images if decoded is None else decoded
   ends = np.cumsum([len(r) for r in records])
-  return list(zip(np.split(parsed[0], ends[:-1]), np.split(parsed[1], ends[:-1])))
+  return list(zip(np.split(images, ends[:-1]), np.split(parsed[1], ends[:-1])))
 
 
 def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, seed: int,
@@ -150,11 +172,12 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
   of the example in the split, 'shard': `shard`}. The reading order is vit_jax.data.plan's;
   with `cached` (this shard's entry of cache_shards) the examples come from host memory
   instead of from disk for every segment, and when they were parsed there, elements carry
-  'image_bytes' and 'label' instead of 'record'.
+  'image_bytes' (or, decoded there, 'image') and 'label' instead of 'record'.
   """
   lo, hi = bounds
   n = hi - lo
   parsed = cached is not None and len(cached) == 2  # (image bytes, labels), else (records,)
+  decoded = parsed and cached[0].dtype == np.uint8  # (images [n, H, W, C], labels)
   first, skip = plan.locate(n, segment_size, seed, shard, start, shuffle)
 
   def segment(q):
@@ -177,13 +200,16 @@ def shard_stream(files: SplitFiles, bounds: tuple[int, int], segment_size: int, 
 
   def load(q):
     position, index, examples, labels, paths, skips, takes, order = tf.numpy_function(
-        segment, [q], [tf.int64, tf.int64, tf.string, tf.int64, tf.string, tf.int64,
-                       tf.int64, tf.int64])
+        segment, [q], [tf.int64, tf.int64, tf.uint8 if decoded else tf.string, tf.int64,
+                       tf.string, tf.int64, tf.int64, tf.int64])
     index = tf.reshape(index, [-1])
     count = tf.shape(index, out_type=tf.int64)[0]
     out = {'index': index, 'shard': tf.fill([count], tf.constant(shard, tf.int64)),
            'position': tf.reshape(position, []) + tf.range(count, dtype=tf.int64)}
-    if parsed:
+    if decoded:
+      out.update(image=tf.reshape(examples, (-1,) + cached[0].shape[1:]),
+                 label=tf.reshape(labels, [-1]))
+    elif parsed:
       out.update(image_bytes=tf.reshape(examples, [-1]), label=tf.reshape(labels, [-1]))
     elif cached is not None:
       out['record'] = tf.reshape(examples, [-1])
