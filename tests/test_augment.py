@@ -265,6 +265,17 @@ class AffineTest(parameterized.TestCase):
     self.assertBetween(sum(kept), 2, 14)  # prob 0.5 per row
     self.assertGreater(len({o.tobytes() for o, k in zip(out, kept) if not k}), 1)
 
+  def test_a_block_draws_from_its_own_seed_alone(self):
+    seeds = tf.constant([[1, 2], [3, 4], [5, 6]], tf.int64)
+    both = preprocess.pp_registry.block_uniform(seeds, 4, 6).numpy()
+    self.assertEqual(both.shape, (6, 12))
+    np.testing.assert_array_equal(
+        both[:, 4:8], preprocess.pp_registry.block_uniform(seeds[1:2], 4, 6))
+    images = tf.constant(np.stack([_photo(size=32)] * 6))
+    warp = augment.random_affine(20, 0.1, (0.8, 1.2), 10)
+    whole = warp(images, seeds[:2]).numpy()
+    np.testing.assert_array_equal(whole[3:], warp(images[3:], seeds[1]))
+
   @parameterized.parameters(
       ('pretrain|random_affine(10)|flip_lr', "op 'flip_lr' comes after the batch op "
        "'random_affine': batch ops work on whole batches, after every per-example op"),

@@ -110,10 +110,10 @@ _QUICKSTART = {'dataset': 'mnist5k', 'model.hidden_size': 96, 'model.classifier'
                'batch': 128, 'optimizer': 'adam', 'base_lr': 2e-3, 'weight_decay': 1e-4,
                'pp.label_smoothing': 0.1}
 EXPECTED.update({
-    # The README's quickstart numbers (0.973-0.980 over seeds 0-2) and its fine-tuning
+    # The README's quickstart numbers (0.976-0.978 over seeds 0-2) and its fine-tuning
     # examples (':short', the recipe of earlier releases) were measured with these.
     'quickstart.py': {
-        **_QUICKSTART, 'total_steps': 1860, 'warmup_steps': 200,
+        **_QUICKSTART, 'total_steps': 2000, 'warmup_steps': 200,
         'model.stochastic_depth': 0.1,
         'pp.train': "decode|random_affine(degrees=15, translate=0.08, scale=(0.85, 1.15), "
                     "shear=10, interpolation='bilinear')"},

@@ -9,6 +9,7 @@ from typing import Callable, Union
 
 import tensorflow as tf
 
+from vit_jax.data import pp_registry
 from vit_jax.data import randaug
 from vit_jax.data.pp_registry import register
 
@@ -205,7 +206,7 @@ def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
   # As torchvision: angle and x-shear uniform in +-degrees/+-shear, a shift of up to
   # translate * size pixels per axis (rounded; one number or (x, y)), scale uniform in
   # [scale[0], scale[1]]; pixels from outside the image are `fill`. A batch op: one
-  # projective-transform call warps a block of rows, each with its own draws.
+  # projective-transform call warps all rows, each with its own draws.
   if not 0 <= degrees <= 180:
     raise ValueError(f'degrees={degrees!r} must be in [0, 180]')
   if not 0 <= shear < 90:
@@ -219,12 +220,13 @@ def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
     raise ValueError(f"interpolation={interpolation!r} must be 'nearest' or 'bilinear'")
   _check_prob(prob)
 
-  def fn(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  def fn(images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    seeds = tf.reshape(seeds, [-1, 2])  # one block per seed
     n, h, w = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
-    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 6))
+    u = pp_registry.block_uniform(seeds, n // seeds.shape[0], 6)
 
     def uniform(k, low, high):
-      return tf.random.stateless_uniform([n], seeds[k], low, high)
+      return low + (high - low) * u[k]
     matrix = inverse_affine(
         uniform(0, -degrees, degrees),
         tf.round(uniform(1, -1.0, 1.0) * frac_x * tf.cast(w, tf.float32)),
@@ -236,7 +238,7 @@ def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
         output_shape=tf.stack([h, w]), fill_value=float(fill),
         interpolation=interpolation.upper(), fill_mode='CONSTANT'))
     if prob < 1:
-      keep = tf.random.stateless_uniform([n], seeds[5]) >= prob
+      keep = u[5] >= prob
       warped = tf.where(keep[:, None, None, None], randaug.as_uint8(images), warped)
     warped.set_shape(images.shape)
     return warped

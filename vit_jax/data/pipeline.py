@@ -204,7 +204,7 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   Yields batches of len(shards) * batch/data_shards rows: {'image': uint8, 'label', 'index'
   (each example's position in the training split), 'ratio' (mixing weights, with pp.mixup
   or pp.cutmix), 'image_ratio' and 'box' (with pp.cutmix)}.
-  Batch ops at the end of pp.train run on each shard's block of rows after batching.
+  Batch ops at the end of pp.train run after batching, each shard's rows a block.
   finalize() turns them into model inputs. Exposed so tests and tools can build any
   process's part of the global batch without a multi-process run.
   """
@@ -278,10 +278,9 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
                                                    smoothing=pp.label_smoothing))
     if batch_ops is not None:
       position = batch.pop('position')
-      blocks = [batch_ops(batch['image'][j * rows:(j + 1) * rows],
-                          fold_in(fold_in(block_base, np.int64(v)), position[j * rows] // rows))
-                for j, v in enumerate(shards)]
-      batch['image'] = tf.concat(blocks, 0)
+      seeds = tf.stack([fold_in(fold_in(block_base, np.int64(v)), position[j * rows] // rows)
+                        for j, v in enumerate(shards)])
+      batch['image'] = batch_ops(batch['image'], seeds)
     return batch
 
   ds = ds.map(reader.traced(example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -4,11 +4,11 @@ An op is one builder function registered here under a name: called with the op's
 from the pp string, it checks them (a ValueError names the argument) and returns the per-
 example function. Random ops take (image, seed) and are given their own stateless seed;
 deterministic ops take (image). Decoding ops take an `Encoded` record instead of an image
-and may only come first. Batch ops take (images [B, H, W, C], seed) and draw every row's
-randomness from that one seed: they run after batching, on each data shard's block of
-rows, so they come last in a training chain. Named compositions (the recipes) expand to
-pp strings of ops: a bare composition name expands ('resize'), the same name with
-arguments is the op ('resize(224)').
+and may only come first. Batch ops take (images [B, H, W, C], seeds [K, 2]): the rows are
+K equal blocks (one per data shard), block k drawing its rows' randomness from seeds[k]
+(block_uniform); they run after batching, so they come last in a training chain. Named
+compositions (the recipes) expand to pp strings of ops: a bare composition name expands
+('resize'), the same name with arguments is the op ('resize(224)').
 """
 import ast
 import dataclasses
@@ -24,7 +24,7 @@ class OpInfo:
   builder: Callable[..., Callable]
   random: bool    # the per-example function takes (image, seed)
   decodes: bool   # it takes an Encoded record: only first in a chain
-  batched: bool = False  # it takes (images [B, H, W, C], seed): only last, in training
+  batched: bool = False  # takes (images [B, H, W, C], seeds [K, 2]): only last, in training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +117,18 @@ def _seeded(seed: tf.Tensor, n: int) -> list:
   return tf.unstack(tf.random.experimental.stateless_split(seed, n)) if n else []
 
 
+def block_uniform(seeds: tf.Tensor, rows, count: int) -> tf.Tensor:
+  """`count` uniform [0, 1) draws per row, [count, K * rows]; block k's from seeds[k] alone."""
+  return tf.concat([tf.random.stateless_uniform([count, rows], seeds[k])
+                    for k in range(seeds.shape[0])], 1)
+
+
 def build_split(text: str, pp, *, decoded: bool = False) -> tuple[Chain, Optional[BatchChain]]:
   """(per-example chain, batch chain or None) of a training pp string.
 
-  The batch chain applies the trailing batch ops to a block of rows [B, H, W, C] with one
-  seed; batch op k gets the k-th seed of stateless_split(seed, number of batch ops).
+  The batch chain applies the trailing batch ops to rows [B, H, W, C] in K blocks with seeds
+  [K, 2] (a seed [2]: one block); batch op i gets, for every block, the i-th seed of
+  stateless_split(the block's seed, number of batch ops).
   With decoded=True the chain's first op, `decode`, is left out: it takes decoded images.
   """
   ops = parse(expand(text, pp))
@@ -140,9 +147,11 @@ def build_split(text: str, pp, *, decoded: bool = False) -> tuple[Chain, Optiona
   if not batch_ops:
     return example, None
 
-  def apply_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    for fn, s in zip(batch_ops, _seeded(seed, len(batch_ops))):
-      images = fn(images, s)
+  def apply_batch(images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    seeds = tf.reshape(seeds, [-1, 2])
+    per_block = [_seeded(s, len(batch_ops)) for s in tf.unstack(seeds)]
+    for i, fn in enumerate(batch_ops):
+      images = fn(images, tf.stack([block[i] for block in per_block]))
     return images
   return example, apply_batch
 
