@@ -232,11 +232,8 @@ def random_affine(degrees: float = 0.0, translate=0.0, scale=(1.0, 1.0),
         tf.round(uniform(1, -1.0, 1.0) * frac_x * tf.cast(w, tf.float32)),
         tf.round(uniform(2, -1.0, 1.0) * frac_y * tf.cast(h, tf.float32)),
         uniform(3, scale[0], scale[1]), uniform(4, -shear, shear), h, w)
-    zeros = tf.zeros([n])
-    warped = randaug.as_uint8(tf.raw_ops.ImageProjectiveTransformV3(
-        images=tf.cast(images, tf.float32), transforms=tf.stack(matrix + [zeros, zeros], 1),
-        output_shape=tf.stack([h, w]), fill_value=float(fill),
-        interpolation=interpolation.upper(), fill_mode='CONSTANT'))
+    warped = randaug.as_uint8(randaug.affine_rows(
+        tf.cast(images, tf.float32), tf.stack(matrix, 1), fill, interpolation.upper()))
     if prob < 1:
       keep = u[5] >= prob
       warped = tf.where(keep[:, None, None, None], randaug.as_uint8(images), warped)

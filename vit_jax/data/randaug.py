@@ -117,11 +117,17 @@ def sharpness(image: tf.Tensor, factor) -> tf.Tensor:
 def affine(image: tf.Tensor, matrix, fill: float = _FILL,
            interpolation: str = 'NEAREST') -> tf.Tensor:
   """Output pixel (x, y) takes input (a0 x + a1 y + a2, b0 x + b1 y + b2); `fill` outside."""
-  transform = tf.concat([tf.cast(tf.stack(matrix), tf.float32), tf.zeros([2])], 0)[None]
-  out = tf.raw_ops.ImageProjectiveTransformV3(
-      images=image[None], transforms=transform, output_shape=tf.shape(image)[:2],
+  return affine_rows(image[None], tf.stack(matrix)[None], fill, interpolation)[0]
+
+
+def affine_rows(images: tf.Tensor, matrices: tf.Tensor, fill: float = _FILL,
+                interpolation: str = 'NEAREST') -> tf.Tensor:
+  """affine() of every row [B, H, W, C] with its own matrix (matrices [B, 6]), in one call."""
+  matrices = tf.cast(matrices, tf.float32)
+  transforms = tf.concat([matrices, tf.zeros([tf.shape(matrices)[0], 2])], 1)
+  return tf.raw_ops.ImageProjectiveTransformV3(
+      images=images, transforms=transforms, output_shape=tf.shape(images)[1:3],
       fill_value=float(fill), interpolation=interpolation, fill_mode='CONSTANT')
-  return out[0]
 
 
 def rotate(image: tf.Tensor, degrees) -> tf.Tensor:
