@@ -356,6 +356,16 @@ class ConfigCheckTest(absltest.TestCase):
         self.assertNotIn('\n', str(caught.exception))
         self.assertFalse(os.path.exists(workdir))
 
+  def test_a_chain_that_misses_the_crop_size_fails_before_the_first_step(self):
+    config = self._config()
+    config.pp.train = 'decode|pad(2)'  # 32x32 digits for a model of pp.crop=28
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    with self.assertRaisesRegex(
+        ValueError, r"^config.pp.train='decode\|pad\(2\)' gives 32x32 images of mnist5k, but "
+        r'the model takes config.pp.crop=28: put a resize\(28\) or crop op in the chain'):
+      loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
+    self.assertFalse(os.path.exists(workdir))
+
   def test_options_of_an_unused_objective_are_named(self):
     config = self._config()
     config.objectives.mae.mask_ratio = 0.9

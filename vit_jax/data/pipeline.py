@@ -428,8 +428,22 @@ def make_train_iterator(config, mesh: jax.sharding.Mesh, start_step: int = 0) ->
                            config.batch // num_shards, 'data shards')
   ds = train_dataset(config, shards, start_step)
   to_inputs = _finalizer(sharding, config.batch // num_shards, config.pp.get('repeats', 1))
-  return _global_batches(ds.as_numpy_iterator(), to_inputs, sharding, config.batch,
-                         max(1, config.prefetch))
+  local = _sized(ds.as_numpy_iterator(), config.pp, config.dataset)
+  return _global_batches(local, to_inputs, sharding, config.batch, max(1, config.prefetch))
+
+
+def _sized(local_batches: Iterator[dict], pp, dataset: str) -> Iterator[dict]:
+  """The batches, once the first has shown that the chain makes pp.crop-sized images."""
+  first = next(local_batches)
+  size = tuple(first['image'].shape[-3:-1])  # [..., H, W, C]; multi-crop: [B, views, ...]
+  if size != (pp.crop, pp.crop):
+    chain = ('the config.pp.multicrop views' if view_counts.enabled(pp)
+             else f'config.pp.train={pp.train!r}')
+    raise ValueError(f'{chain} gives {size[0]}x{size[1]} images of {dataset}, but the '
+                     f'model takes config.pp.crop={pp.crop}: put a resize({pp.crop}) or '
+                     f'crop op in the chain, or set --config.pp.crop to match.')
+  yield first
+  yield from local_batches
 
 
 class EvalIterable:
