@@ -1,5 +1,6 @@
 """What a newcomer meets first: --help, one-line errors, labelled files, curves, labels."""
 import json
+import logging as std_logging
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ import yaml
 
 from tests import commands
 from tests import tiny_trained
+from vit_jax import errors
 from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.cli import common
@@ -134,6 +136,21 @@ class HelpTest(absltest.TestCase):
     self.assertEqual(printed['log_every'], 7)  # an original key, translated
     self.assertEqual(printed['data_dir'], os.path.expanduser('~/tfds'))
     self.assertFalse(os.path.exists(workdir))
+
+
+class QuietOutputTest(absltest.TestCase):
+
+  def test_the_tpu_probe_line_of_older_jax_is_dropped_and_nothing_else(self):
+    errors.quiet_tpu_probe()
+    errors.quiet_tpu_probe()  # each command calls it once; twice adds no second filter
+    logger = std_logging.getLogger('jax._src.xla_bridge')
+    self.assertLen(logger.filters, 1)
+    with self.assertNoLogs(logger, level='INFO'):
+      logger.info("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so")
+    with self.assertLogs(logger, level='INFO') as logs:
+      logger.info("Unable to initialize backend 'cuda': no GPU")
+      logger.warning("Unable to initialize backend 'tpu': a TPU VM whose chips are busy")
+    self.assertLen(logs.records, 2)
 
 
 class GcsCheckpointTest(absltest.TestCase):
