@@ -116,7 +116,12 @@ class FinishedRunTest(absltest.TestCase):
 
   def test_rerun_of_a_finished_run_says_so_and_writes_nothing(self):
     workdir = self.create_tempdir().full_path
-    first = loop.train_and_evaluate(test_train.tiny_config(), workdir, devices=jax.devices()[:1])
+    with self.assertLogs(level='INFO') as logs:
+      first = loop.train_and_evaluate(test_train.tiny_config(), workdir,
+                                      devices=jax.devices()[:1])
+    # The end's waits on the disk are named (the last line of a finished run).
+    self.assertRegex(logs.output[-1], r'Checkpoint 8 on disk after \d+\.\d s; params.npz and '
+                     r'the logs written in \d+\.\d s\.$')
     before = _tree(workdir)
     # The config check builds the model and optimizer once; the run uses those (spies: the
     # real functions run).

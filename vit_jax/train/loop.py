@@ -141,10 +141,14 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
         writer.flush()
         raise preemption.Preempted(step, ckpt.directory,
                                    stop.signum or signal.SIGTERM)
+    batches.close()  # the input pipeline's threads stop here, not whenever it is collected
   if start == config.total_steps:  # stopped while exporting: only the export is left
     _record_config(run_config, workdir, changes, start)
     started()
+  # The end's waits are on the disk; the line says which one a slow end spent its time on.
+  t0 = time.time()
   ckpt.close()
+  t1 = time.time()
   # The model's parameters (DINO: its teacher's) in the published layout.
   _export(objectives.result_params(objective, state.params, state.extra), workdir,
           PARAMS_FILE)
@@ -154,6 +158,8 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   if extra is not None:  # e.g. MAE's decoder, for reconstructions; DINO's heads
     _export(extra, workdir, rundir.objective_params_file(config.objective))
   writer.flush()
+  logging.info('Checkpoint %d on disk after %.1f s; %s and the logs written in %.1f s.',
+               config.total_steps, t1 - t0, PARAMS_FILE, time.time() - t1)
   return {**final, 'step': config.total_steps}
 
 
