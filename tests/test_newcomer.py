@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 
 from absl.testing import absltest
 from PIL import Image
@@ -151,6 +152,30 @@ class QuietOutputTest(absltest.TestCase):
       logger.info("Unable to initialize backend 'cuda': no GPU")
       logger.warning("Unable to initialize backend 'tpu': a TPU VM whose chips are busy")
     self.assertLen(logs.records, 2)
+
+  def test_the_final_collection_is_skipped_and_atexit_still_runs(self):
+    # A cycle with a finalizer: Python's last collection at exit would reach it.
+    script = textwrap.dedent(f"""
+        import atexit, sys
+        sys.path.insert(0, {REPO!r})
+        from vit_jax import errors
+        if sys.argv[1] == 'skip':
+          errors.skip_final_gc()
+        atexit.register(print, 'atexit ran')
+        class Cycle:
+          def __del__(self):
+            print('collected')
+        c = Cycle()
+        c.me = c
+        del c
+        import gc
+        gc.disable()  # only the collection at exit may find it
+        """)
+    for mode, collected in (('skip', False), ('keep', True)):
+      out = subprocess.run([sys.executable, '-c', script, mode], capture_output=True,
+                           text=True, check=True, timeout=120).stdout
+      self.assertIn('atexit ran', out, mode)
+      self.assertEqual('collected' in out, collected, mode)
 
 
 class GcsCheckpointTest(absltest.TestCase):
