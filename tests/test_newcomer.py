@@ -1,6 +1,5 @@
 """What a newcomer meets first: --help, one-line errors, labelled files, curves, labels."""
 import json
-import logging as std_logging
 import os
 import re
 import subprocess
@@ -139,19 +138,7 @@ class HelpTest(absltest.TestCase):
     self.assertFalse(os.path.exists(workdir))
 
 
-class QuietOutputTest(absltest.TestCase):
-
-  def test_the_tpu_probe_line_of_older_jax_is_dropped_and_nothing_else(self):
-    errors.quiet_tpu_probe()
-    errors.quiet_tpu_probe()  # each command calls it once; twice adds no second filter
-    logger = std_logging.getLogger('jax._src.xla_bridge')
-    self.assertLen(logger.filters, 1)
-    with self.assertNoLogs(logger, level='INFO'):
-      logger.info("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so")
-    with self.assertLogs(logger, level='INFO') as logs:
-      logger.info("Unable to initialize backend 'cuda': no GPU")
-      logger.warning("Unable to initialize backend 'tpu': a TPU VM whose chips are busy")
-    self.assertLen(logs.records, 2)
+class ExitTest(absltest.TestCase):
 
   def test_the_final_collection_is_skipped_and_atexit_still_runs(self):
     # A cycle with a finalizer: Python's last collection at exit would reach it.

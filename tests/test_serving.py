@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import types
 from unittest import mock
 
 from absl.testing import absltest
@@ -196,18 +195,6 @@ class ServingTest(absltest.TestCase):
         serving.export(model, params, RESOLUTION, 'onnx', path)
     self.assertEqual(os.listdir(self.dir), [])
 
-  def test_python_3_10_is_told_that_onnx_needs_3_11(self):
-    model, params = self.models['timm_vit']
-    old_python = types.SimpleNamespace(version_info=(3, 10, 13))
-    with mock.patch.object(onnx_export, 'sys', old_python):
-      with self.assertRaisesRegex(
-          ValueError, r'^ONNX export needs jax2onnx >= 0.12.5, which needs Python >= 3.11 '
-          r'\(this is 3.10\); the other --format values work\.$'):
-        serving.export(model, params, RESOLUTION, 'onnx',
-                       os.path.join(self.dir, 'x.onnx'))
-    self.assertEqual(os.listdir(self.dir), [])
-
-  @absltest.skipIf(sys.version_info < (3, 11), 'Python 3.10 gets the message above')
   def test_missing_converter_is_one_line(self):
     model, params = self.models['timm_vit']
     with mock.patch.dict(sys.modules, {'jax2onnx': None}):

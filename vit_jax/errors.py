@@ -5,8 +5,6 @@ a user's mistake is one line `prog: error: ...` with exit status 2, never a trac
 """
 import atexit
 import gc
-import importlib.util
-import logging
 import sys
 from typing import Callable
 
@@ -120,22 +118,6 @@ def check_early(prog: str, argv: list[str], define_flags: Callable[[], None],
   flags.FLAGS.unparse_flags()
 
 
-class _NoTpuProbe(logging.Filter):
-  """Drops jax's INFO line that a TPU backend could not start (jax < 0.7 tries libtpu)."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    return not (record.levelno < logging.WARNING and
-                str(record.msg).startswith("Unable to initialize backend 'tpu'"))
-
-
-def quiet_tpu_probe() -> None:
-  """Keeps 'Unable to initialize backend tpu' out of a command's output where no libtpu is."""
-  if importlib.util.find_spec('libtpu') is None:
-    logger = logging.getLogger('jax._src.xla_bridge')
-    if not any(isinstance(f, _NoTpuProbe) for f in logger.filters):
-      logger.addFilter(_NoTpuProbe())
-
-
 def skip_final_gc() -> None:
   """At exit, freezes the objects so Python's final collection skips them (1.8-2.4 s here).
 
@@ -149,7 +131,6 @@ def run_command(prog: str, define_flags: Callable[[], None], main_fn: Callable,
                 errors: tuple = (ValueError, OSError)) -> None:
   """Runs an absl main with one-line errors (`prog: error: ...`, exit 2) instead of tracebacks."""
   exit_on_help(sys.argv, define_flags)
-  quiet_tpu_probe()
   skip_final_gc()
   try:
     define_flags()

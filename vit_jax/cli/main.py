@@ -69,6 +69,5 @@ def resume_command(argv: list[str]) -> str:
 def run(rest: list[str]) -> None:
   """Trains with the flags vit_jax/main.py parsed (rest: what the flags left of argv)."""
   errors.list_flags_in_help()
-  errors.quiet_tpu_probe()
   errors.skip_final_gc()
   app.run(main, flags_parser=lambda _: rest)

@@ -601,7 +601,6 @@ def _main(unused_argv) -> None:
 
 if __name__ == '__main__':
   errors.exit_on_help(sys.argv, define_flags)
-  errors.quiet_tpu_probe()
   errors.skip_final_gc()
   define_flags()
   host_memory.retain_on_cpu()  # as vit_jax.main: the step's temporaries stay on the heap

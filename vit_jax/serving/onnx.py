@@ -10,7 +10,6 @@ wrong, including if that plugin changes.
 import logging as std_logging
 import os
 import re
-import sys
 from typing import Any, Mapping
 
 import flax.linen as nn
@@ -40,10 +39,6 @@ def _standardise_kernels(params: Mapping[str, Any]) -> dict:
 
 
 def _imports():
-  if sys.version_info < (3, 11):
-    raise MissingDependencyError(
-        'ONNX export needs jax2onnx >= 0.12.5, which needs Python >= 3.11 (this is '
-        f'{sys.version_info[0]}.{sys.version_info[1]}); the other --format values work.')
   try:
     # pylint: disable=g-import-not-at-top
     import jax2onnx
