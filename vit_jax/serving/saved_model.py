@@ -13,9 +13,10 @@ Parameters are tf.Variables (the variables/ folder), not constants, so large
 models stay under protobuf's 2 GB limit.
 """
 import os
+import re
 import shutil
 import tempfile
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import flax.linen as nn
 import jax
@@ -81,12 +82,40 @@ def export(model: nn.Module, params: Mapping[str, Any], resolution: int,
   module.serve = serve
   module.serve_one = serve_one
   module.predict_preprocessed = predict_preprocessed
+  check_runs(predict_preprocessed, resolution)  # before anything is written
   with fileio.writing(given):
     _save(module, path, parent, {'serving_default': serve, 'tflite': serve_one,
                                  'predict_preprocessed': predict_preprocessed})
   return (f"tf.saved_model.load({path!r}).signatures['serving_default']"
           "(images=uint8 (N, H, W, 3))['logits']; preprocessing: "
           f'{pp.eval} to {resolution}px')
+
+
+def check_runs(fn: Callable[[tf.Tensor], Any], resolution: int) -> None:
+  """Runs the converted model once in TensorFlow: a jax/TensorFlow pair that cannot is one line.
+
+  jax embeds the model as StableHLO in TensorFlow's XlaCallModule op; jax 0.12 writes ops
+  (composite, custom_call_v2) newer than the StableHLO of TensorFlow 2.21's op, which saves
+  without complaint and fails only when the SavedModel is run.
+  """
+  try:
+    fn(tf.zeros([1, resolution, resolution, 3], tf.float32))
+  except tf.errors.OpError as e:
+    raise ValueError(
+        f'TensorFlow {tf.__version__} cannot run the model as jax {jax.__version__} '
+        f'converted it ({_op_problem(e.message)}); export --format=stablehlo or onnx, '
+        'or install a jax release as old as the TensorFlow one.') from None
+
+
+def _op_problem(message: str) -> str:
+  """What a TensorFlow op error says, without its 'Graph execution error' and node trace."""
+  unknown = re.search(r"unregistered operation '([^']+)'", message)
+  if unknown:
+    return f'its XlaCallModule does not know the StableHLO op {unknown.group(1)}'
+  lines = [line.strip() for line in message.splitlines()]
+  said = [line for line in lines if line and not line.startswith(
+      ('Graph execution error', 'Detected at node', 'File ', '[[', 'Stack trace'))]
+  return errors.first_line(said[-1] if said else message, 160)
 
 
 def _save(module: Any, path: str, parent: str, signatures: dict) -> None:
