@@ -226,10 +226,8 @@ def eval_chain(pp) -> pp_registry.Chain:
 def train_image(data: tf.Tensor, seed: tf.Tensor, pp, scale: int = 1,
                 decoded: bool = False) -> tf.Tensor:
   """Applies the per-example pp.train ops to encoded bytes (decoded: an image): uint8."""
-  if decoded:
-    image = train_chains(pp, decoded=True)[0](data, seed)
-  else:
-    image = train_chain(pp)(pp_registry.Encoded(data, pp.num_channels, scale), seed)
+  example = train_chains(pp, decoded)[0]
+  image = example(data if decoded else pp_registry.Encoded(data, pp.num_channels, scale), seed)
   return image if image.dtype == tf.uint8 else to_uint8(image)
 
 

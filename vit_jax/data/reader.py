@@ -116,14 +116,15 @@ def decode_all(images: np.ndarray, decode: Callable, max_bytes: int) -> Optional
   """The encoded images decoded once, uint8 [n, H, W, C]; None if shapes differ or too big."""
   if not len(images):
     return None
-  first = tf.data.Dataset.from_tensors(images[0]).map(traced(decode)).get_single_element()
-  if len(images) * first.numpy().nbytes > max_bytes:
-    return None
   ds = tf.data.Dataset.from_tensor_slices(tf.constant(images, tf.string)).map(
       traced(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  decoded = list(ds.as_numpy_iterator())
-  if any(d.shape != decoded[0].shape for d in decoded):
-    return None
+  decoded = []
+  for image in ds.as_numpy_iterator():  # the first image sizes the whole; stops at a mismatch
+    if not decoded and len(images) * image.nbytes > max_bytes:
+      return None
+    if decoded and image.shape != decoded[0].shape:
+      return None
+    decoded.append(image)
   return np.stack(decoded)
 
 
