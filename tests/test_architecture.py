@@ -17,7 +17,7 @@ ALIASES = {'checkpoint': 'models'}
 ENTRY = {'__init__': (), 'main': ('cli',), 'predict': ('cli',),
          'visualize': ('cli',), 'fewshot': ('cli',), 'convert': ('cli',),
          'export': ('cli',), 'plot': ('cli',), 'evaluate': ('cli',), 'list': ('cli',),
-         'analyze': ('cli',)}
+         'analyze': ('cli',), 'vtab': ('cli',)}
 
 
 def _stage(module: str) -> str:

@@ -55,6 +55,7 @@ class ListTest(absltest.TestCase):
     self.assertIn('ViT-B_16 [b16]', lines)
     self.assertRegex(lines, r'R50\+ViT-B_16 \[r50_b16\] +hybrid')
     self.assertRegex(lines, r'mnist5k +10 classes, 4,000 train / 1,000 eval; embedded')
+    self.assertRegex(lines, r'imagenet_v2 +1,000 classes, 10,000 eval \(evaluation only')
 
   def test_cli(self):
     env = dict(os.environ, PYTHONPATH=REPO)

@@ -194,6 +194,20 @@ class RecipeValuesTest(absltest.TestCase):
       preprocess.eval_chain(config.pp)
       optimizers.make(config, schedules.make(config))
 
+  def test_imagenet_runs_are_also_scored_on_v2_and_real(self):
+    # big_vision's vit_i1k.py: ImageNet-v2 and ReaL beside the validation set, as often.
+    for spec in ('deit.py:s16,imagenet2012', 'mae_finetune.py:b16,imagenet2012',
+                 'pretrain.py:b16,imagenet2012', 'vit.py:b16,imagenet2012'):
+      config = _load(spec)
+      self.assertEqual(
+          {k: (config.evals[k].dataset, config.evals[k].split, config.evals[k].every)
+           for k in ('v2', 'real')},
+          {'v2': ('imagenet_v2', 'test', config.evals.test.every),
+           'real': ('imagenet2012_real', 'validation', config.evals.test.every)}, spec)
+      evaluators.check(config)  # their keys and splits pass before any download
+    for spec in ('deit.py:s16,cifar10', 'vit.py:b16,cifar10', 'quickstart.py'):
+      self.assertNotIn('v2', _load(spec).evals, spec)
+
   def test_quickstart_variant_typo_is_one_line(self):
     with self.assertRaisesRegex(ValueError, 'config argument \'shrot\': use none or "short"'):
       _load('quickstart.py:shrot')

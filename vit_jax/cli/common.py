@@ -57,6 +57,27 @@ def define_fewshot_flags() -> None:
   flags.DEFINE_list('weight_decays', ['1e-05', '0.0001', '0.001', '0.01', '0.1'],
                     'Weight decays the linear probe chooses from (on held-out '
                     'training examples).')
+  # The streaming protocols' own defaults live in vit_jax.evaluators.linear_protocols;
+  # 0, empty or unset keeps them.
+  flags.DEFINE_string('linear_protocol', 'lbfgs', 'Linear probe protocol: lbfgs (full-'
+                      'batch L-BFGS on in-memory features), dino or mae (the papers\' '
+                      'streaming linear evaluation on augmented batches).')
+  flags.DEFINE_integer('linear_batch', 0, 'Batch of the dino/mae probe; 0: the '
+                       "protocol's (1024, 16384).")
+  flags.DEFINE_float('linear_epochs', 0, "Epochs of the dino/mae probe; 0: the "
+                     "protocol's (100, 90).")
+  flags.DEFINE_float('linear_warmup_epochs', -1, "Warm-up epochs of the dino/mae probe; "
+                     "-1: the protocol's (0, 10).")
+  flags.DEFINE_list('linear_lrs', [], 'Base learning rates of the dino/mae probe (lr = '
+                    "base * batch / 256), one head each; empty: the protocol's.")
+  flags.DEFINE_integer('linear_n_last_blocks', 0, 'Class tokens of the last N blocks '
+                       "concatenated (dino/mae); 0: the protocol's (4, 1).")
+  flags.DEFINE_bool('linear_avgpool', None, 'Append the mean of the last block\'s patch '
+                    "tokens (dino/mae); unset: the protocol's (False).")
+  flags.DEFINE_float('linear_min_area', 0, 'Smallest crop area (fraction of the image) '
+                     "of the dino/mae training crops; 0: the protocol's (0.08).")
+  flags.DEFINE_bool('linear_augment', None, 'Train the dino/mae probe on augmented crops '
+                    "(random-resized crop + flip); unset: the protocol's (True).")
   flags.DEFINE_integer('random_init', None, "Probe the checkpoint's architecture "
                        'freshly initialised with this seed instead of its weights: '
                        'the baseline a pre-training run should beat.')
@@ -116,3 +137,9 @@ def define_evaluate_flags() -> None:
   flags.DEFINE_integer('batch', 0, 'Batch size; 0: 32 per device.')
   flags.DEFINE_enum('loss', None, list(objectives.LOSSES),
                     "Loss to report; default: the run's, else softmax_xent.")
+  flags.DEFINE_string('label_key', None, "Label feature to score against (e.g. "
+                      "'original_label' of imagenet2012_real); default: the dataset's.")
+  flags.DEFINE_string('real_labels', None, "ReaL labels (the published real.json: one "
+                      'list of label ids per validation image, in file order): report '
+                      'the ReaL accuracy over the images with labels (as timm '
+                      "validate.py's --real-labels).")

@@ -15,6 +15,7 @@ from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.cli import train_flags
 from vit_jax.data import catalog
+from vit_jax.data import real_labels
 from vit_jax.inference import load
 from vit_jax.train import precheck
 
@@ -36,11 +37,13 @@ def evaluation_dataset(saved: Optional[dict[str, Any]], dataset: Optional[str]) 
 
 
 def check_evaluate(fv: flags.FlagValues) -> None:
-  """vit_jax.evaluate: --batch, and a dataset the flags or the work directory name."""
+  """vit_jax.evaluate: --batch, a dataset the flags or the work directory name, --real_labels."""
   if fv.batch < 0:
     raise ValueError(f'--batch={fv.batch} must be positive (0: 32 per device).')
   checkpoint = load.resolve_checkpoint(fv.checkpoint)
   _check_dataset_entries([evaluation_dataset(load.workdir_config(checkpoint), fv.dataset)])
+  if fv.real_labels:
+    real_labels.read(fv.real_labels)  # exists, JSON, label-id lists
 
 
 def check_fewshot(fv: flags.FlagValues) -> None:

@@ -59,7 +59,9 @@ def main(argv: Sequence[str]) -> None:
   config = eval_config(load.workdir_config(checkpoint), loaded.resolution,
                        dataset=FLAGS.dataset, split=FLAGS.split, data_dir=FLAGS.data_dir,
                        loss=FLAGS.loss, batch=batch)
-  info = sources.get_dataset_info(config)  # prepares it; one line for a bad split
+  label_key = FLAGS.label_key or ''
+  # Prepares it; a bad split is one line.
+  info = sources.get_dataset_info(config, label_key, train=False)
   if not info.eval_split:
     raise ValueError(f'{config.dataset} has no evaluation split; name one with --split '
                      "(e.g. --split='train[98%:]').")
@@ -69,12 +71,22 @@ def main(argv: Sequence[str]) -> None:
     raise ValueError(f'Checkpoint {checkpoint} {what}, but {config.dataset} has '
                      f'{info.num_classes} classes; pass the dataset it was trained on.')
   evaluator = classification.Classification(
-      'eval', ml_collections.ConfigDict({'split': info.eval_split}),
+      'eval', ml_collections.ConfigDict({'split': info.eval_split, 'label_key': label_key,
+                                         'real_labels': FLAGS.real_labels or ''}),
       base.Context(config, loaded.model, mesh,
                    objectives.LOSSES[config.objectives.supervised.loss]))
   metrics = evaluator.run(loaded.params)
-  print(f'{config.dataset} {info.eval_split}: accuracy {metrics["accuracy_eval"]:.4f}, '
-        f'loss {metrics["loss_eval"]:.4f}, {int(metrics["examples_eval"])} examples')
+  print(result_line(config.dataset, info.eval_split, metrics))
+
+
+def result_line(dataset: str, split: str, metrics: dict[str, Any]) -> str:
+  """The printed result: accuracy, loss and examples; ReaL: accuracy, scored, unlabelled."""
+  if 'unlabelled_eval' in metrics:  # label sets: no loss, images without labels left out
+    return (f'{dataset} {split}: ReaL accuracy {metrics["accuracy_eval"]:.4f}, '
+            f'{int(metrics["examples_eval"])} images scored, '
+            f'{int(metrics["unlabelled_eval"])} unlabelled')
+  return (f'{dataset} {split}: accuracy {metrics["accuracy_eval"]:.4f}, '
+          f'loss {metrics["loss_eval"]:.4f}, {int(metrics["examples_eval"])} examples')
 
 
 def run() -> None:

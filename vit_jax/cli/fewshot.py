@@ -1,5 +1,5 @@
 """`python -m vit_jax.fewshot`; its usage (--help) is vit_jax/fewshot.py's docstring."""
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -12,6 +12,7 @@ from vit_jax.evaluators import base
 from vit_jax.evaluators import fewshot
 from vit_jax.evaluators import knn
 from vit_jax.evaluators import linear_probe
+from vit_jax.evaluators import linear_protocols
 from vit_jax.inference import curves
 from vit_jax.inference import load
 from vit_jax.parallel import sharding
@@ -36,6 +37,31 @@ def fewshot_config(resolution: int, batch: int,
       'data_dir': data_dir,
       'manual_dir': None,
   })
+
+
+def linear_options() -> dict[str, Any]:
+  """The linear probe's protocol and the --linear_* flags that are set, checked."""
+  protocol = FLAGS.linear_protocol
+  if protocol not in linear_protocols.PROTOCOL_NAMES:
+    raise ValueError(f'--linear_protocol={protocol}: use one of '
+                     f'{", ".join(linear_protocols.PROTOCOL_NAMES)}.')
+  try:
+    lrs = tuple(float(v) for v in FLAGS.linear_lrs)
+  except ValueError:
+    raise ValueError(f'--linear_lrs={",".join(FLAGS.linear_lrs)}: use numbers > 0, '
+                     'e.g. 1e-3,1e-2.') from None
+  if any(lr <= 0 for lr in lrs):
+    raise ValueError(f'--linear_lrs={",".join(FLAGS.linear_lrs)}: use numbers > 0.')
+  given = {'batch': FLAGS.linear_batch or None, 'epochs': FLAGS.linear_epochs or None,
+           'warmup_epochs': (FLAGS.linear_warmup_epochs
+                             if FLAGS.linear_warmup_epochs >= 0 else None),
+           'base_lrs': lrs or None, 'n_last_blocks': FLAGS.linear_n_last_blocks or None,
+           'avgpool': FLAGS.linear_avgpool, 'min_area': FLAGS.linear_min_area or None,
+           'augment': FLAGS.linear_augment}
+  options = {'protocol': protocol, **{k: v for k, v in given.items() if v is not None}}
+  if protocol != 'lbfgs':
+    linear_protocols.resolve('linear', options)  # one line before the model loads
+  return options
 
 
 def main(argv: Sequence[str]) -> None:
@@ -66,6 +92,7 @@ def main(argv: Sequence[str]) -> None:
   if any(w < 0 for w in decays) or not decays:
     raise ValueError(f'--weight_decays={",".join(FLAGS.weight_decays)}: use numbers '
                      '>= 0.')
+  linear = linear_options()
   checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
   loaded = load.load_model(FLAGS.model, checkpoint, FLAGS.resolution, FLAGS.num_heads)
   if FLAGS.random_init is not None:
@@ -77,7 +104,7 @@ def main(argv: Sequence[str]) -> None:
   options = ml_collections.ConfigDict({
       'datasets': list(FLAGS.datasets), 'shots': shots, 'seeds': FLAGS.seeds,
       'k': FLAGS.knn_k, 'temperature': FLAGS.knn_temperature,
-      'weight_decays': decays})
+      'weight_decays': decays, **linear})
   context = base.Context(config, loaded.model, mesh)
   for probe in dict.fromkeys(FLAGS.probes):  # every check before any run
     cls, prefix = PROBES[probe]

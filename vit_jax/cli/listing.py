@@ -42,7 +42,8 @@ def dataset_lines() -> list[str]:
   lines = ['datasets (--config.dataset=NAME):']
   for name in sorted(catalog.DATASETS):
     spec = catalog.DATASETS[name]
-    sizes = (f'{spec.num_train:,} train / {spec.num_eval:,} eval'
+    sizes = (f'{spec.num_eval:,} eval (evaluation only: config.evals.<name>.dataset)'
+             if not spec.train_split else f'{spec.num_train:,} train / {spec.num_eval:,} eval'
              if spec.num_train is not None else 'sizes known once prepared')
     origin = ('embedded, no download' if spec.local else
               f'manual files: {", ".join(spec.manual_files)}' if spec.manual_files else

@@ -192,11 +192,18 @@ def get_base_config() -> ml_collections.ConfigDict:
   # (> 0: every that many steps and at the end; 0: at the end only; < 0: never).
   c.evals = ml_collections.ConfigDict({
       # accuracy_test / loss_test / examples_test on `split` ('' = config.eval_split).
-      'test': {'type': 'classification', 'every': 1000, 'split': ''},
+      # A classification eval may name its own data, each '' = the run's: `dataset`,
+      # `split`, `pp` (an eval chain), `label_key`, and `real_labels` (ReaL's real.json:
+      # label sets, scored as accuracy over the labelled images, examples_ and
+      # unlabelled_<name>); e.g. evals.v2 = {'type': 'classification', 'dataset':
+      # 'imagenet_v2', 'split': 'test'} (vit_jax/evaluators/classification.py).
+      'test': {'type': 'classification', 'every': 1000, 'split': '', 'dataset': '',
+               'pp': '', 'label_key': '', 'real_labels': ''},
       # accuracy_minival / loss_minival / examples_minival on a held-out slice of the
       # training data (e.g. 'train[98%:]' beside train_split='train[:98%]'); the
       # fine-tuning recipes turn it on where the original held one out.
-      'minival': {'type': 'classification', 'every': -1, 'split': ''},
+      'minival': {'type': 'classification', 'every': -1, 'split': '', 'dataset': '',
+                  'pp': '', 'label_key': '', 'real_labels': ''},
       # fewshot/<dataset>_<k>shot: linear probes on frozen features.
       'fewshot': {'type': 'fewshot', 'every': -1,
                   'datasets': ('mnist5k',),  # tuples can be overridden from the CLI
@@ -207,11 +214,23 @@ def get_base_config() -> ml_collections.ConfigDict:
       # training split as memory bank and the test split as queries.
       'knn': {'type': 'knn', 'every': -1, 'datasets': ('mnist5k',), 'k': 20,
               'temperature': 0.07, 'resolution': 0},
-      # linear/<dataset>_top1: softmax regression on the frozen features of the whole
-      # training split, weight decay chosen on a held-out 10% of it.
+      # linear/<dataset>_top1: protocol 'lbfgs': softmax regression on the frozen features
+      # of the whole training split, weight decay chosen on a held-out 10% of it;
+      # 'dino' | 'mae': the papers' streaming linear evaluation (augmented batches, a head
+      # per base lr; vit_jax.evaluators.linear_protocols), whose knobs follow: None keeps
+      # the protocol's value (dino: batch 1024, 100 epochs; mae: batch 16384, 90 epochs).
       'linear': {'type': 'linear_probe', 'every': -1, 'datasets': ('mnist5k',),
                  'weight_decays': (1e-5, 1e-4, 1e-3, 1e-2, 1e-1), 'steps': 200,
-                 'resolution': 0},
+                 'resolution': 0, 'protocol': 'lbfgs', 'seed': 0,
+                 **{k: ml_collections.config_dict.placeholder(t) for k, t in (
+                     ('batch', int), ('epochs', float), ('warmup_epochs', float),
+                     ('schedule', str), ('base_lrs', tuple), ('optimizer', str),
+                     ('momentum', float), ('weight_decay', float),
+                     ('trust_coefficient', float), ('n_last_blocks', int),
+                     ('avgpool', bool), ('batchnorm', bool), ('head_init', str),
+                     ('head_std', float), ('min_area', float), ('flip', bool),
+                     ('augment', bool), ('eval_resize_ratio', float),
+                     ('shuffle_buffer', int))}},
       # Attention rollout and posemb similarity of `count` eval images, to TensorBoard.
       'images': {'type': 'images', 'every': -1, 'count': 4},
   })

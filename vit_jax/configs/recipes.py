@@ -156,6 +156,22 @@ def apply_finetune(c: ml_collections.ConfigDict, dataset: str, lr: str = '') -> 
   c.evals.minival.split = data.minival_split
   c.evals.minival.every = 1000 if data.minival_split else -1
   c.checkpoint_every = 1000
+  apply_imagenet_variants(c)
+
+
+def apply_imagenet_variants(c: ml_collections.ConfigDict) -> None:
+  """An ImageNet-1k run is also scored on ImageNet-v2 and ReaL, as often as on its test split.
+
+  big_vision's configs/vit_i1k.py evaluates both beside the validation set; each is
+  one more evaluator with its own data (vit_jax.evaluators.classification).
+  """
+  if c.dataset != 'imagenet2012':
+    return
+  every = c.evals.test.every
+  c.evals.v2 = {'type': 'classification', 'every': every, 'dataset': 'imagenet_v2',
+                'split': 'test'}
+  c.evals.real = {'type': 'classification', 'every': every,
+                  'dataset': 'imagenet2012_real', 'split': 'validation'}
 
 
 def apply_augreg_finetune(c: ml_collections.ConfigDict, dataset: str, lr: str = '') -> None:
@@ -225,6 +241,7 @@ def apply_pretrain(c: ml_collections.ConfigDict, dataset: str,
     c.model.head_bias_init = -10.0
   c.evals.test.every = 5000
   c.checkpoint_every = 2000
+  apply_imagenet_variants(c)
 
 
 def _width(model: str) -> int:
@@ -441,6 +458,7 @@ def apply_deit(c: ml_collections.ConfigDict, dataset: str) -> None:
   c.pp.repeats = 3
   c.evals.test.every = 5000
   c.checkpoint_every = 2000
+  apply_imagenet_variants(c)
 
 
 # MAE fine-tuning (He et al. 2021; facebookresearch/mae FINETUNE.md and main_finetune.py,

@@ -27,7 +27,7 @@ train trout tulip turtle wardrobe whale willow_tree wolf woman worm""".split())
 class DatasetSpec:
   """How to read one named dataset; sizes are of the default splits, None when unknown."""
   tfds_name: str
-  train_split: str
+  train_split: str            # '' = for evaluation only
   eval_split: str
   num_classes: int
   num_train: int | None = None
@@ -100,6 +100,26 @@ _VTAB = {
     'smallnorb_elevation': _vtab('smallnorb', 'train[:800]+test[:200]', 'test[50%:]', 9,
                                  12150, label_key='label_elevation'),
 }
+# VTAB-1k's three groups (the ViT paper's Table 9 order), and 'demo': small tasks in the same
+# split layout (train800 + val200 = the train split, a test split) on the embedded digits,
+# for trying the runner (python -m vit_jax.vtab) on a CPU; kept out of 'all'.
+VTAB_GROUPS = {
+    'natural': ('caltech101', 'cifar100', 'dtd', 'oxford_flowers102', 'oxford_iiit_pet',
+                'svhn', 'sun397'),
+    'specialized': ('patch_camelyon', 'eurosat', 'resisc45', 'diabetic_retinopathy'),
+    'structured': ('clevr_count', 'clevr_distance', 'dmlab', 'kitti_distance',
+                   'dsprites_location', 'dsprites_orientation', 'smallnorb_azimuth',
+                   'smallnorb_elevation'),
+    'demo': ('demo_mnist5k', 'demo_digits'),
+}
+_VTAB_DEMO = {
+    'mnist5k': _vtab('mnist5k', 'train[:800]+train[800:1000]', 'test', 10, 1000,
+                     local=True),
+    'digits': _vtab('digits', 'train[:800]+train[800:1000]', 'test', 10, 360, local=True),
+}
+# Task -> its dataset name: vtab/<task>, and vtab_demo/<name> for the demo tasks.
+VTAB_DATASETS = {**{task: f'vtab/{task}' for task in _VTAB},
+                 **{f'demo_{name}': f'vtab_demo/{name}' for name in _VTAB_DEMO}}
 
 DATASETS = {
     'cifar10': DatasetSpec('cifar10', 'train', 'test', 10, 50000, 10000,
@@ -117,9 +137,18 @@ DATASETS = {
                                      2040, 6149),
     # tf_flowers has one split of 3,670 images; the last 370 are held out for evaluation.
     'tf_flowers': DatasetSpec('tf_flowers', 'train[:3300]', 'train[3300:]', 5, 3300, 370),
+    # Evaluation only (no training split): scored beside imagenet2012 by config.evals.
+    # ImageNet ReaL: the 50,000 validation images with ReaL's label sets ('real_label', a
+    # Sequence of ClassLabel, some empty; 'original_label' holds the original label).
+    'imagenet2012_real': DatasetSpec(
+        'imagenet2012_real', '', 'validation', 1000, 0, 50000, label_key='real_label',
+        manual_files=('ILSVRC2012_img_val.tar',)),
+    # ImageNet-v2 (matched-frequency): 10,000 new test images of the 1,000 classes.
+    'imagenet_v2': DatasetSpec('imagenet_v2', '', 'test', 1000, 0, 10000),
     'mnist5k': DatasetSpec('mnist5k', 'train', 'test', 10, 4000, 1000, local=True),
     'digits': DatasetSpec('digits', 'train', 'test', 10, 1437, 360, local=True),
     **{f'vtab/{task}': spec for task, spec in _VTAB.items()},
+    **{f'vtab_demo/{name}': spec for name, spec in _VTAB_DEMO.items()},
 }
 # The prefix forms of dataset names: the prefix, and how known_names spells the form.
 _PREFIXES = {'synthetic/': 'synthetic[/<config>]', 'folder:': 'folder:<ROOT>',

@@ -38,6 +38,7 @@ from vit_jax.data import multicrop
 from vit_jax.data import plan
 from vit_jax.data import preprocess
 from vit_jax.data import reader
+from vit_jax.data import label_sets
 from vit_jax.data import sources
 from vit_jax.data import view_counts
 from vit_jax.parallel import sharding as sharding_lib
@@ -87,11 +88,14 @@ def _groups_of_rows(runs: list[tuple[int, int]], group: int, what: str) -> list[
   return ids
 
 
-def _source(config):
-  """Returns (spec, prepared builder, info) of config.dataset."""
-  spec = sources.resolve(config.dataset)
+def _source(config, label_key: str = '', train: bool = True):
+  """Returns (spec, prepared builder, info) of config.dataset (labels from `label_key`).
+
+  train=False: only evaluated, so its training split is not read.
+  """
+  spec = sources.resolve(config.dataset, label_key)
   builder = sources.prepare(spec, config.get('data_dir'), config.get('manual_dir'))
-  return spec, builder, sources.info_from_builder(config, spec, builder)
+  return spec, builder, sources.info_from_builder(config, spec, builder, train)
 
 
 def _parser(builder, spec):
@@ -291,16 +295,40 @@ def train_dataset(config, shards: list[int], start_step: int = 0):
   return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
 
-def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int):
+def _multi_hot(ids: tf.Tensor, num_classes: int) -> tf.Tensor:
+  """float32 [num_classes] with 1 at each id of a (maybe empty) id list; ids < 0 are none."""
+  ids = tf.concat([tf.reshape(tf.cast(ids, tf.int64), [-1]), tf.constant([-1], tf.int64)], 0)
+  return tf.reduce_max(tf.one_hot(ids, num_classes), axis=0)
+
+
+def _label_is_list(builder, spec) -> bool:
+  """Whether the label feature holds a list of classes per image (ReaL's real_label)."""
+  feature = builder.info.features[spec.label_key] if not spec.label_fn else None
+  return isinstance(feature, tfds.features.Sequence)
+
+
+def has_label_sets(config, label_key: str = '', real_labels: str = '') -> bool:
+  """Whether an eval pass yields label sets (a ReaL file or a list feature), not one class."""
+  if real_labels:
+    return True
+  spec, builder, _ = _source(config, label_key, train=False)
+  return _label_is_list(builder, spec)
+
+
+def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int, *,
+                 label_key: str = '', real_labels_path: str = ''):
   """The per-process tf.data pass over an eval split for the given slots (ascending).
 
   `split` defaults to the dataset's evaluation split (config.eval_split). The split is cut
   into num_slots contiguous chunks; each batch holds batch_eval/num_slots
   rows of every listed slot. Returns (dataset, number of batches); batches are {'image':
   uint8, 'label', 'mask', 'index'}; padding rows have mask, label and image 0 and index -1.
+  Labels come from the feature `label_key` ('' = the dataset's), multi-hot where it holds
+  a list of classes, or from the ReaL file `real_labels_path` (vit_jax.data.label_sets);
+  an image with an empty label set has an all-zero label row and mask 1.
   """
   _hide_accelerators()
-  spec, builder, info = _source(config)
+  spec, builder, info = _source(config, label_key, train=False)
   split = split or info.eval_split
   pp = config.pp
   check_eval_config(config)
@@ -331,6 +359,9 @@ def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int)
   ds = tf.data.Dataset.choose_from_datasets(streams, selector)
 
   parse = _parser(builder, spec)
+  label_rows = (label_sets.rows(builder, split, n, real_labels_path, info.num_classes)
+                if real_labels_path else None)
+  sets = label_rows is not None or _label_is_list(builder, spec)
 
   def example(record, index):
     image_bytes, label = parse(record)
@@ -338,9 +369,12 @@ def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int)
     image = preprocess.decode(image_bytes, pp.num_channels)
     if spec.image_scale != 1:
       image = image * tf.constant(spec.image_scale, tf.uint8)
+    if label_rows is not None:
+      label = label_rows(record, index)
+    target = (_multi_hot(label, info.num_classes) if sets
+              else preprocess.targets(label, info.num_classes, pp.multi_hot))
     return {'image': preprocess.eval_uint8(image, pp) * tf.cast(mask, tf.uint8),
-            'label': preprocess.targets(label, info.num_classes, pp.multi_hot) * mask,
-            'mask': mask, 'index': index}
+            'label': target * mask, 'mask': mask, 'index': index}
 
   ds = ds.map(reader.traced(example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(rows * len(slots), drop_remainder=True)
@@ -447,9 +481,14 @@ def _sized(local_batches: Iterator[dict], pp, dataset: str) -> Iterator[dict]:
 
 
 class EvalIterable:
-  """Each iter() is one complete pass over the eval split as global, masked batches."""
+  """Each iter() is one complete pass over the eval split as global, masked batches.
 
-  def __init__(self, dataset, num_batches: int, sharding, batch: int, prefetch: int):
+  `label_sets`: the labels are sets of classes (ReaL), some maybe empty.
+  """
+
+  def __init__(self, dataset, num_batches: int, sharding, batch: int, prefetch: int,
+               label_sets: bool = False):
+    self.label_sets = label_sets
     self._dataset = dataset
     self._num_batches = num_batches
     self._sharding = sharding
@@ -465,16 +504,21 @@ class EvalIterable:
                            self._sharding, self._batch, self._prefetch)
 
 
-def make_eval_iterator(config, mesh: jax.sharding.Mesh,
-                       split: Optional[str] = None) -> EvalIterable:
-  """An eval split (default: config.eval_split) as global batches of 'image', 'label', 'mask'."""
+def make_eval_iterator(config, mesh: jax.sharding.Mesh, split: Optional[str] = None, *,
+                       label_key: str = '', real_labels_path: str = '') -> EvalIterable:
+  """An eval split (default: config.eval_split) as global batches of 'image', 'label', 'mask'.
+
+  label_key / real_labels_path: where the labels come from, as in eval_dataset.
+  """
   _check_divisible('batch_eval', config.batch_eval, mesh)
   sharding = sharding_lib.batch_sharding(mesh)
   num_slots = mesh.size
   slots = _groups_of_rows(local_row_runs(sharding, config.batch_eval),
                           config.batch_eval // num_slots, 'device blocks')
-  ds, num_batches = eval_dataset(config, split, slots, num_slots)
-  return EvalIterable(ds, num_batches, sharding, config.batch_eval, max(1, config.prefetch))
+  ds, num_batches = eval_dataset(config, split, slots, num_slots, label_key=label_key,
+                                 real_labels_path=real_labels_path)
+  return EvalIterable(ds, num_batches, sharding, config.batch_eval, max(1, config.prefetch),
+                      has_label_sets(config, label_key, real_labels_path))
 
 
 def preprocess_for_eval_numpy(image: np.ndarray, config) -> np.ndarray:

@@ -2,16 +2,19 @@
 
 `config.dataset` names one of:
   cifar10, cifar100, imagenet2012, imagenet21k, oxford_iiit_pet, oxford_flowers102, tf_flowers,
+  imagenet2012_real, imagenet_v2    evaluation only (config.evals.<name>.dataset)
   mnist5k, digits                   embedded real digits, no download (vit_jax.data.builders)
   synthetic[/<config>]              generated images (vit_jax.data.builders.synthetic)
   vtab/<task>                       a VTAB-1k task: trains on its train800val200 split
+  vtab_demo/<name>                  mnist5k or digits in VTAB-1k's split layout (python -m vit_jax.vtab)
   folder:<ROOT>                     your images in ROOT/{train,test}/<CLASS>/*.{jpg,jpeg,png}
                                     (evaluates on test/, else validation/ or val/)
   tfds:<name>[:<version>]           any other TFDS image classification dataset with
                                     'image' and 'label' features (splits default to train/test)
 The named ones are the table of vit_jax.data.catalog.
 
-Manual downloads: imagenet2012 needs ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar in
+Manual downloads: imagenet2012 needs ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar
+(imagenet2012_real the latter) in
 `config.manual_dir` (default <data_dir>/downloads/manual); imagenet21k needs its synsets
 extracted as <manual_dir>/imagenet21k/<wnid>/*.JPEG (see vit_jax/data/builders/image_folder.py).
 
@@ -21,6 +24,7 @@ e.g. cifar10 is known without a download. Embedded datasets and folders are alwa
 on first use (seconds), since that needs no network.
 """
 import contextlib
+import dataclasses
 import fcntl
 import io
 import logging
@@ -39,8 +43,19 @@ from vit_jax.data.catalog import check_name
 from vit_jax.data.catalog import known_names
 
 
-def resolve(name: str) -> DatasetSpec:
-  """Returns the DatasetSpec of a dataset name; unknown names raise a ValueError."""
+def resolve(name: str, label_key: str = '') -> DatasetSpec:
+  """Returns the DatasetSpec of a dataset name; unknown names raise a ValueError.
+
+  `label_key` ('' = the dataset's) reads the labels from that feature instead.
+  """
+  spec = _resolve(name)
+  if label_key and label_key != spec.label_key:
+    spec = dataclasses.replace(spec, label_key=label_key, label_fn='', label_names=(),
+                               num_classes=-1)
+  return spec
+
+
+def _resolve(name: str) -> DatasetSpec:
   check_name(name)
   if name in DATASETS:
     return DATASETS[name]
@@ -209,13 +224,23 @@ def check_split(spec: DatasetSpec, data_dir: str | None, split: str, key: str) -
     raise ValueError(f'{key}={split!r}: {" ".join(str(e).split())}') from None
 
 
+def _class_feature(builder, spec: DatasetSpec):
+  """The ClassLabel of the label feature (inside it for a list of classes), else None."""
+  features = builder.info.features
+  if spec.label_fn or spec.label_key not in features:
+    return None
+  feature = features[spec.label_key]
+  if isinstance(feature, tfds.features.Sequence):  # label sets, e.g. ReaL's real_label
+    feature = feature.feature
+  return feature
+
+
 def _label_names(builder, spec: DatasetSpec, num_classes: int) -> list[str]:
   if spec.label_names:
     return list(spec.label_names)
-  features = builder.info.features
-  if not spec.label_fn and spec.label_key in features and hasattr(
-      features[spec.label_key], 'names'):
-    names = list(features[spec.label_key].names or [])
+  feature = _class_feature(builder, spec)
+  if hasattr(feature, 'names'):
+    names = list(feature.names or [])
     if len(names) == num_classes:
       return names
   return [str(i) for i in range(num_classes)]
@@ -224,9 +249,7 @@ def _label_names(builder, spec: DatasetSpec, num_classes: int) -> list[str]:
 def _num_classes(builder, spec: DatasetSpec) -> int:
   if spec.num_classes > 0 and (spec.label_fn or not is_prepared(builder)):
     return spec.num_classes
-  features = builder.info.features
-  num = getattr(features[spec.label_key] if spec.label_key in features else None,
-                'num_classes', None)
+  num = getattr(_class_feature(builder, spec), 'num_classes', None)
   if num:
     return int(num)
   if spec.num_classes > 0:
@@ -235,9 +258,14 @@ def _num_classes(builder, spec: DatasetSpec) -> int:
                    'vit_jax trains on image classification datasets')
 
 
-def get_dataset_info(config) -> DatasetInfo:
-  """Returns sizes, class count, label names and resolved splits of config.dataset."""
-  spec = resolve(config.dataset)
+def get_dataset_info(config, label_key: str = '', train: bool = True) -> DatasetInfo:
+  """Returns sizes, class count, label names and resolved splits of config.dataset.
+
+  `label_key` ('' = the dataset's): the class count and names of that label feature.
+  train=False: data only evaluated; its training split is not read (num_train 0).
+  """
+  spec = resolve(config.dataset, label_key)
+  _train_split(config, spec, train)  # before preparing: an evaluation set may download
   data_dir = config.get('data_dir')
   builder = make_builder(spec, data_dir)
   known = (not config.train_split or config.train_split == spec.train_split) and (
@@ -245,18 +273,29 @@ def get_dataset_info(config) -> DatasetInfo:
           spec.num_train is not None and spec.num_eval is not None)
   if spec.local or (not is_prepared(builder) and not known):
     builder = prepare(spec, data_dir, config.get('manual_dir'))
-  return info_from_builder(config, spec, builder)
+  return info_from_builder(config, spec, builder, train)
 
 
-def info_from_builder(config, spec: DatasetSpec, builder) -> DatasetInfo:
+def _train_split(config, spec: DatasetSpec, train: bool) -> str:
+  """The training split ('' with train=False); one line for a dataset only for evaluation."""
+  if not train:
+    return ''
+  if not (config.train_split or spec.train_split):
+    raise ValueError(f'{config.dataset} is for evaluation only (it has no training split): '
+                     'train on another dataset and score this one with config.evals.<name>.'
+                     f'dataset={config.dataset!r}, or name a split with config.train_split')
+  return config.train_split or spec.train_split
+
+
+def info_from_builder(config, spec: DatasetSpec, builder, train: bool = True) -> DatasetInfo:
   """Returns the DatasetInfo of config's splits, from a builder (prepared or not)."""
-  train_split = config.train_split or spec.train_split
+  train_split = _train_split(config, spec, train)
   eval_split = config.eval_split or spec.eval_split
   if is_prepared(builder):
-    num_train = split_size(builder, train_split)
+    num_train = split_size(builder, train_split) if train_split else 0
     num_eval = split_size(builder, eval_split) if eval_split else 0
   else:
-    num_train, num_eval = spec.num_train, spec.num_eval
+    num_train, num_eval = (spec.num_train if train else 0), spec.num_eval
   num_classes = _num_classes(builder, spec)
   skipped = 0
   if is_prepared(builder) and builder.info.metadata:

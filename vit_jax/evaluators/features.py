@@ -9,6 +9,11 @@ in file order with the run's evaluation preprocessing (`open_dataset`,
   layer_features(params, batches)  every block's output pooled to [layers, N, D]
                                    (the class token, or the mean of the patch tokens)
   layer_tokens(params, images)     every block's patch tokens [layers, N, P, D]
+  last_blocks_fn(n, avgpool)       a jitted (params, images) -> [N, (n + avgpool) * D]:
+                                   the class tokens of the last n blocks through the
+                                   final norm (+ the mean of the last one's patch tokens),
+                                   DINO's get_intermediate_layers features; on device,
+                                   sharded over the batch (the streaming linear probes)
 Each is jitted once: batches are padded to the fixed batch size, and the padding's
 rows are dropped again, so no example is lost or counted twice. Datasets are read on
 every process (probing sets are small), each device takes its slice of the batch.
@@ -16,7 +21,7 @@ every process (probing sets are small), each device takes its slice of the batch
 Datasets are named as in the few-shot evaluator: 'mnist5k', or
 'name|train_split|test_split' (e.g. 'imagenet2012|train[:50000]|validation').
 """
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 import dataclasses
 import re
 from typing import Any, Callable, Optional
@@ -170,6 +175,40 @@ def image_batches(data: Dataset, split: str, rows: Optional[np.ndarray],
   yield from ds.batch(batch_size).prefetch(2).as_numpy_iterator()
 
 
+def augmented_batches(data: Dataset, split: str, pp: ml_collections.ConfigDict,
+                      batch_size: int, seed: int, shuffle_buffer: int,
+                      train: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray,
+                                                            np.ndarray]]:
+  """Yields (float32 images in [-1, 1], labels, rows in the split) [B] without end.
+
+  The split repeats and is shuffled (a `shuffle_buffer` window, drawn with `seed`);
+  with `train` each example goes through the random ops of pp.train seeded by
+  (seed, its position in the stream), else through pp.eval. Every batch is full.
+  """
+  ds = _as_dataset(data, split).enumerate().repeat()
+  if shuffle_buffer > 1:
+    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  label_fn = _labels_fn(data.spec)
+  scale = data.spec.image_scale
+
+  def prepare(position, row_ex):
+    row, ex = row_ex
+    if train:
+      image = preprocess.train_image(ex[data.spec.image_key],
+                                     tf.stack([tf.constant(seed, tf.int64), position]),
+                                     pp, scale)
+      image = tf.cast(image, tf.float32) / 127.5 - 1.0
+    else:
+      image = preprocess.decode(ex[data.spec.image_key], pp.num_channels)
+      if scale != 1:
+        image = image * tf.constant(scale, image.dtype)
+      image = preprocess.eval_image(image, pp)
+    return image, label_fn(ex), row
+
+  ds = ds.enumerate().map(reader.traced(prepare), num_parallel_calls=tf.data.AUTOTUNE)
+  yield from ds.batch(batch_size, drop_remainder=True).prefetch(2).as_numpy_iterator()
+
+
 def eval_pp(config: ml_collections.ConfigDict,
             resolution: int) -> ml_collections.ConfigDict:
   """config.pp's eval recipe at `resolution` (resize scaled to keep the crop ratio)."""
@@ -261,18 +300,72 @@ class FeatureExtractor:
   def _params(self, params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in self._heads}
 
-  def _padded(self, images: np.ndarray) -> jax.Array:
-    """The batch padded to the fixed size, each device holding its slice."""
-    n = len(images)
-    if n > self.batch_size:
-      raise ValueError(f'A batch of {n} images exceeds the batch size '
-                       f'{self.batch_size}.')
-    if n < self.batch_size:
-      pad = np.zeros((self.batch_size - n,) + images.shape[1:], images.dtype)
+  def _padded(self, images: np.ndarray, size: Optional[int] = None) -> jax.Array:
+    """The batch padded to `size` (default: the fixed size), each device holding its slice."""
+    n, size = len(images), size or self.batch_size
+    if n > size:
+      raise ValueError(f'A batch of {n} images exceeds the batch size {size}.')
+    if n < size:
+      pad = np.zeros((size - n,) + images.shape[1:], images.dtype)
       images = np.concatenate([images, pad])
     # Every process holds the same full batch; each device takes its slice.
     return jax.make_array_from_callback(
         images.shape, self._batch_sharding, lambda idx, im=images: im[idx])
+
+  def shard(self, rows: np.ndarray, size: int) -> jax.Array:
+    """Rows [n, ...] zero-padded to `size` (a multiple of the devices), sharded over the batch."""
+    if size % self._batch_sharding.mesh.devices.size:
+      raise ValueError(f'Batch size {size} must be a multiple of the '
+                       f'{self._batch_sharding.mesh.devices.size} devices of the mesh.')
+    return self._padded(np.asarray(rows), size)
+
+  def depth(self) -> int:
+    """The number of transformer blocks (0 for a model without them)."""
+    transformer = getattr(self.model, 'transformer', None)
+    if self._layers_fn is None or not transformer:
+      return 0
+    return int(dict(transformer)['num_layers'])
+
+  def last_blocks_fn(self, n_last_blocks: int, avgpool: bool
+                     ) -> Callable[[Mapping[str, Any], jax.Array], jax.Array]:
+    """A jitted (params, sharded images) -> features [B, (n + avgpool) * D], batch-sharded.
+
+    The class tokens of the last `n_last_blocks` blocks, each block's output through the
+    final norm (DINO's get_intermediate_layers), concatenated oldest first; with
+    `avgpool` the mean of the last block's normalised patch tokens follows (DINO
+    interleaves the last two vectors; a linear head is indifferent to the order).
+    A model that normalises after pooling (fc_norm) has each pooled vector normalised.
+    """
+    depth = self.depth()
+    if not depth:
+      raise ValueError(f'{type(self.model).__name__} has no transformer blocks whose '
+                       'tokens could be read; use a ViT.')
+    if not 1 <= n_last_blocks <= depth:
+      raise ValueError(f'n_last_blocks={n_last_blocks}: the model has {depth} blocks; '
+                       f'use 1..{depth}.')
+    if not self.class_token:
+      raise ValueError(f'n_last_blocks={n_last_blocks} reads class tokens but the '
+                       f'{type(self.model).__name__} has none (a GAP model); use a '
+                       'model with a class token.')
+    plain = self.model.clone(num_classes=0, **models.family_of(self.model).attention_fields)
+    epsilon = getattr(self.model, 'layer_norm_epsilon', 1e-6)
+    prefix, heads = self.prefix, self._heads
+
+    def fn(params, images):
+      params = {k: v for k, v in params.items() if k not in heads}
+      tokens = _block_outputs(plain, params, images)[-n_last_blocks:]
+      norm = nn.LayerNorm(epsilon=epsilon)
+      encoder_norm = params.get('Transformer', {}).get('encoder_norm')
+      if encoder_norm is not None:
+        tokens = norm.apply({'params': encoder_norm}, tokens)
+      pooled = [t[:, 0] for t in tokens]
+      if avgpool:
+        pooled.append(tokens[-1][:, prefix:].mean(axis=1))
+      if encoder_norm is None and 'fc_norm' in params:
+        pooled = [norm.apply({'params': params['fc_norm']}, p) for p in pooled]
+      return jax.lax.stop_gradient(jnp.concatenate(pooled, axis=-1).astype(jnp.float32))
+
+    return jax.jit(fn, out_shardings=self._batch_sharding)
 
   def features(self, params: Mapping[str, Any],
                batches: Batches) -> tuple[np.ndarray, np.ndarray]:
@@ -351,12 +444,16 @@ class FeatureProbe(base.Evaluator):
     self.extractor = FeatureExtractor(context.model, context.mesh, self.batch_size)
     self._data: dict[str, Dataset] = {}
 
+  def dataset(self, entry: str) -> Dataset:
+    """One of the datasets, opened on first use."""
+    if entry not in self._data:
+      self._data[entry] = open_dataset(entry, self.data_dir, self.manual_dir)
+    return self._data[entry]
+
   def split_features(self, params: Mapping[str, Any], entry: str
                      ) -> tuple[Dataset, tuple, tuple]:
     """(dataset, (train features, labels), (test features, labels)) of one dataset."""
-    if entry not in self._data:
-      self._data[entry] = open_dataset(entry, self.data_dir, self.manual_dir)
-    data = self._data[entry]
+    data = self.dataset(entry)
     train = self.extractor.features(params, image_batches(
         data, data.train_split, None, self.pp, self.batch_size))
     test = self.extractor.features(params, image_batches(

@@ -8,9 +8,14 @@ weight_decay / 2 * |W|^2 (the bias is not decayed). Each strength in
 (drawn with `seed`); the one with the best held-out accuracy is refit on the whole
 training split and scored on the test split. Nothing is chosen on the test split.
 
+This is `protocol='lbfgs'` (the default, for small sets: every feature in memory, no
+augmentation). `protocol='dino'` or `'mae'` runs the papers' streaming linear
+evaluation instead (vit_jax.evaluators.linear_protocols), with its own options.
+
 In training: `config.evals.linear = {'type': 'linear_probe', 'every': N, 'datasets':
 ('mnist5k',)}` logs `linear/<dataset>_top1` (the prefix is the evaluator's name).
-On a checkpoint: `python -m vit_jax.fewshot --probes=linear_probe`.
+On a checkpoint: `python -m vit_jax.fewshot --probes=linear_probe
+[--linear_protocol=dino]`.
 """
 from collections.abc import Mapping, Sequence
 import dataclasses
@@ -24,7 +29,9 @@ import ml_collections
 import numpy as np
 import optax
 
+from vit_jax.evaluators import base
 from vit_jax.evaluators import features
+from vit_jax.evaluators import linear_protocols
 
 DEFAULT_WEIGHT_DECAYS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 DEFAULT_STEPS = 200
@@ -129,12 +136,25 @@ def linear_probe_accuracy(train: tuple[np.ndarray, np.ndarray],
 
 
 class LinearProbe(features.FeatureProbe):
-  """Top-1 accuracy of a softmax regression on the frozen features of each dataset."""
+  """Top-1 accuracy of a linear classifier on the frozen features of each dataset."""
+
+  def __init__(self, name: str, options: ml_collections.ConfigDict,
+               context: base.Context):
+    super().__init__(name, options, context)
+    self.streaming = None
+    if linear_protocols.protocol_of(options) != 'lbfgs':
+      self.streaming = linear_protocols.StreamingLinear(
+          name, linear_protocols.resolve(name, options), context, self.extractor, self.pp)
 
   @classmethod
   def check(cls, name: str, options: ml_collections.ConfigDict,
             config: ml_collections.ConfigDict) -> None:
     features.check_datasets(name, options.get('datasets', ()), config.get('data_dir'))
+    features.check_resolution(name, options)
+    features.check_batch(config)
+    if linear_protocols.protocol_of(options) != 'lbfgs':
+      linear_protocols.resolve(name, options)  # the streaming protocol's options
+      return
     decays = options.get('weight_decays', DEFAULT_WEIGHT_DECAYS)
     if (isinstance(decays, str) or not decays or
         not all(isinstance(w, (int, float)) and w >= 0 for w in decays)):
@@ -147,13 +167,14 @@ class LinearProbe(features.FeatureProbe):
     if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
       raise ValueError(f'config.evals.{name}.val_fraction={fraction!r}: use a number '
                        'in [0, 1).')
-    features.check_resolution(name, options)
-    features.check_batch(config)
 
   def run(self, params: Mapping[str, Any]) -> dict[str, float]:
     """`<name>/<dataset>_top1` for every dataset."""
     metrics = {}
     for entry in self.datasets:
+      if self.streaming is not None:
+        metrics.update(self.streaming.run(params, self.dataset(entry), entry))
+        continue
       data, train, test = self.split_features(params, entry)
       acc, wd = linear_probe_accuracy(
           train, test, data.num_classes,

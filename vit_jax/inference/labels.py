@@ -27,7 +27,7 @@ def load_label_names(labels: str, data_dir: Optional[str] = None) -> list[str]:
   config = ml_collections.ConfigDict({
       'dataset': labels, 'train_split': '', 'eval_split': '', 'data_dir': data_dir,
       'manual_dir': None})
-  return list(sources.get_dataset_info(config).label_names)
+  return list(sources.get_dataset_info(config, train=False).label_names)
 
 
 def default_labels(num_classes: int) -> Optional[str]:
