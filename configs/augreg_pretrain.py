@@ -19,8 +19,11 @@ def get_config(arg: str = 'b16,imagenet2012,medium2'):
   if len(positional) != 3:
     raise ValueError(f'config argument {arg!r}: expected MODEL,DATASET,LEVEL[,reg=...]')
   model, dataset, level = positional
+  # Every mistake of the argument at once, before any of it is applied.
+  name, _, reg = recipes.check_arg(arg, lambda: recipes.model_name(model),
+                                   lambda: recipes.check_augreg_level(level),
+                                   lambda: recipes.check_augreg_reg(named.get('reg', 0.0)))
   c = base.get_base_config()
-  c.model_name = recipes.model_name(model)
-  recipes.apply_augreg_pretrain(c, dataset, c.model_name, level,
-                                float(named.get('reg', 0.0)))
+  c.model_name = name
+  recipes.apply_augreg_pretrain(c, dataset, c.model_name, level, reg)
   return c

@@ -18,8 +18,12 @@ from vit_jax.configs import recipes
 def get_config(arg: str = 'b16,cifar10'):
   """Returns the fine-tuning config for 'MODEL,DATASET[,lr=VALUE|INDEX]'."""
   (model, *rest), options = recipes.split_arg(arg)
+  dataset, lr = rest[0] if rest else 'cifar10', options.get('lr', '')
+  # Every mistake of the argument at once, before any of it is applied.
+  name, _ = recipes.check_arg(arg, lambda: recipes.model_name(model),
+                              lambda: lr and recipes.pick_lr(dataset, lr))
   c = base.get_base_config()
-  c.model_name = recipes.model_name(model)
-  recipes.apply_finetune(c, rest[0] if rest else 'cifar10', options.get('lr', ''))
+  c.model_name = name
+  recipes.apply_finetune(c, dataset, lr)
   c.pretrained_dir = 'gs://vit_models/imagenet21k'
   return c

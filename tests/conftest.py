@@ -69,7 +69,10 @@ _SLOW_FILES = {'test_train.py': 138, 'test_dino.py': 122, 'test_run_lifecycle.py
                'test_models.py': 92, 'test_ssl_training.py': 75, 'test_distributed.py': 71,
                'test_integrity.py': 58, 'test_variants_product.py': 56, 'test_serving.py': 52,
                'test_input_pipeline.py': 45, 'test_interop.py': 37, 'test_bad_input.py': 35,
-               'test_notebook.py': 34, 'test_model_contract.py': 34}
+               'test_notebook.py': 34, 'test_model_contract.py': 34,
+               # Added 2026-11-28 (alone, -n 0, on shared cores): the evaluation protocols.
+               'test_linear_protocols.py': 80, 'test_real.py': 70, 'test_vtab.py': 70,
+               'test_error_wording.py': 40}
 
 
 def pytest_collection_modifyitems(items):

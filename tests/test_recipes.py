@@ -213,9 +213,12 @@ class RecipeValuesTest(absltest.TestCase):
       _load('quickstart.py:shrot')
 
   def test_augreg_mistakes_are_one_line(self):
-    with self.assertRaisesRegex(ValueError, "AugReg level 'medium3' does not exist; levels: "
-                                'none, light1, light2, medium1, medium2, strong1, strong2'):
+    with self.assertRaisesRegex(ValueError, r"^Unknown AugReg level 'medium3' \(did you mean "
+                                r'medium1 or medium2\?\)\.$'):
       _load('augreg_pretrain.py:b16,imagenet2012,medium3')
+    with self.assertRaisesRegex(ValueError, "Unknown AugReg level 'heavy' \\(levels: "
+                                'none, light1, light2, medium1, medium2, strong1, strong2'):
+      _load('augreg_pretrain.py:b16,imagenet2012,heavy')
     with self.assertRaisesRegex(ValueError, r'AugReg reg=0.2: the paper trains with'):
       _load('augreg_pretrain.py:b16,imagenet2012,light1,reg=0.2')
 

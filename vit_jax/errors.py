@@ -4,9 +4,10 @@ Every command (`python -m vit_jax.<command>`, the perf tools) runs through run_c
 a user's mistake is one line `prog: error: ...` with exit status 2, never a traceback.
 """
 import atexit
+import difflib
 import gc
 import sys
-from typing import Callable
+from typing import Callable, Iterable
 
 from absl import app
 from absl import flags
@@ -21,6 +22,20 @@ def first_line(error: BaseException | str, limit: int | None = 200) -> str:
   if not lines:
     return type(error).__name__ if isinstance(error, BaseException) else ''
   return lines[0].strip()[:limit]
+
+
+def did_you_mean(word: str, candidates: Iterable[str],
+                 show: Callable[[str], str] = str) -> str:
+  """'did you mean a, b or c?' for the candidates closest to `word` (case ignored), or ''."""
+  candidates = list(candidates)
+  ratios = [difflib.SequenceMatcher(None, word.lower(), c.lower()).ratio() for c in candidates]
+  # The best first; equally close ones in the order given (difflib's own reverses them).
+  ranked = sorted((i for i, r in enumerate(ratios) if r >= 0.5), key=lambda i: -ratios[i])
+  close = [show(candidates[i]) for i in ranked[:3]]
+  if not close:
+    return ''
+  listed = close[0] if len(close) == 1 else f'{", ".join(close[:-1])} or {close[-1]}'
+  return f'did you mean {listed}?'
 
 
 def list_flags_in_help(fv: flags.FlagValues = flags.FLAGS) -> None:

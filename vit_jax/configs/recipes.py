@@ -7,9 +7,11 @@ different from one of them on purpose, the reason is written next to it (and in 
 README's recipe section).
 """
 import dataclasses
+from typing import Any, Callable
 
 import ml_collections
 
+from vit_jax import errors
 from vit_jax import models
 from vit_jax.data import catalog
 
@@ -60,8 +62,32 @@ DEFAULT_FINETUNE_LR = 0.03
 def model_name(arg: str) -> str:
   """A preset name from a short name (b16) or the preset name itself."""
   name = MODEL_SHORT_NAMES.get(arg.lower(), arg)
-  models.get_model_config(name)  # one-line error for unknown names
+  if name not in models.MODEL_CONFIGS:
+    raise ValueError(models.unknown_model(arg, MODEL_SHORT_NAMES))
   return name
+
+
+def check_arg(arg: str, *checks: Callable[[], Any]) -> list[Any]:
+  """The values of the checks of one config argument; all their mistakes in one ValueError.
+
+  One mistake is raised as it is; several are numbered in one line, so a second typo in
+  the argument does not wait for the next try.
+  """
+  values, problems = [], []
+  for check in checks:
+    try:
+      values.append(check())
+    except ValueError as e:
+      problems.append(e)
+  if len(problems) == 1:
+    raise problems[0]
+  if problems:
+    texts = [str(e).strip().rstrip('.') for e in problems]
+    # 'Unknown model' reads as 'unknown model' mid-sentence; 'AugReg' keeps its capital.
+    texts = [t[0].lower() + t[1:] if t.split(' ', 1)[0][1:].islower() else t for t in texts]
+    raise ValueError(f'config argument {arg!r}: ' + '; '.join(
+        f'{i}) {t}' for i, t in enumerate(texts, 1)) + '.')
+  return values
 
 
 def split_arg(arg: str, usage: str = 'MODEL,DATASET',
@@ -505,15 +531,32 @@ AUGREG_EPOCHS = 300
 AUGREG_REGULARISATION = (0.0, 0.1)  # dropout = stochastic depth, the paper's two settings
 
 
+def check_augreg_level(level: str) -> str:
+  """`level` if it is an AugReg level, else a one-line error with the closest levels."""
+  if level not in AUGREG_LEVELS:
+    hint = errors.did_you_mean(level, AUGREG_LEVELS)
+    raise ValueError(f'Unknown AugReg level {level!r} (' + (
+        hint or f'levels: {", ".join(AUGREG_LEVELS)}') + ').')
+  return level
+
+
+def check_augreg_reg(reg: Any) -> float:
+  """`reg` as a float if it is one of the paper's two settings, else a one-line error."""
+  try:
+    value = float(reg)
+  except (TypeError, ValueError):
+    value = None
+  if value not in AUGREG_REGULARISATION:
+    raise ValueError(f'AugReg reg={reg}: the paper trains with dropout and stochastic '
+                     f'depth {" or ".join(map(str, AUGREG_REGULARISATION))}')
+  return value
+
+
 def apply_augreg_pretrain(c: ml_collections.ConfigDict, dataset: str, model: str,
                           level: str, reg: float = 0.0) -> None:
   """AugReg pre-training: Adam lr 1e-3, wd 0.1, 10k warm-up, cosine, 300 epochs, a level."""
-  if level not in AUGREG_LEVELS:
-    raise ValueError(f'AugReg level {level!r} does not exist; levels: '
-                     f'{", ".join(AUGREG_LEVELS)}')
-  if reg not in AUGREG_REGULARISATION:
-    raise ValueError(f'AugReg reg={reg!r}: the paper trains with dropout and stochastic '
-                     f'depth {" or ".join(map(str, AUGREG_REGULARISATION))}')
+  check_augreg_level(level)
+  check_augreg_reg(reg)
   apply_pretrain(c, dataset, model)
   magnitude, alpha = AUGREG_LEVELS[level]
   c.optimizers.adam.mu_dtype = 'bfloat16'

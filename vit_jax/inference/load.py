@@ -55,23 +55,37 @@ def _abstract_params(model: nn.Module, resolution: int) -> Any:
   return jax.eval_shape(model.init, jax.random.PRNGKey(0), images)['params']
 
 
-def model_stride(model: nn.Module) -> int:
-  """Input pixels per patch side, including a hybrid's ResNet downsampling."""
-  patch = int(model.patches['size'][0])
+def _probe_resolution(model: nn.Module) -> int:
   # Hybrid ResNets downsample by at most 32, so 32 patches always divide evenly.
-  probe = 32 * patch
-  tokens = models.family_of(model).patch_tokens(model, _abstract_params(model, probe))
+  return 32 * int(model.patches['size'][0])
+
+
+def model_stride(model: nn.Module, probe_params: Optional[Any] = None) -> int:
+  """Input pixels per patch side, including a hybrid's ResNet downsampling.
+
+  `probe_params`: the model's abstract parameters at its probe resolution, if made already.
+  """
+  probe = _probe_resolution(model)
+  if probe_params is None:
+    probe_params = _abstract_params(model, probe)
+  tokens = models.family_of(model).patch_tokens(model, probe_params)
   return probe // math.isqrt(tokens)
 
 
 def resolve_checkpoint(path: str) -> str:
   """The checkpoint a --checkpoint names: `~` is home, a vit_jax workdir its params.npz.
 
-  A work directory holds params.npz beside its config.json (which a transformers
-  directory also has, of another kind); one whose run has not finished is an error.
+  A local path must exist. A work directory holds params.npz beside its config.json
+  (which a transformers directory also has, of another kind); one whose run has not
+  finished is an error.
   """
   path = os.path.expanduser(os.fspath(path))
-  if fileio.is_remote(path) or not os.path.isdir(path):
+  if fileio.is_remote(path):
+    return path
+  if not os.path.exists(path):
+    # Said first: every later question (which dataset, which model) is moot without it.
+    raise FileNotFoundError(f'Checkpoint {path} does not exist; check the path.')
+  if not os.path.isdir(path):
     return path
   params = os.path.join(path, PARAMS_FILE)
   if os.path.isfile(params) and os.path.isfile(os.path.join(path, CONFIG_FILE)):
@@ -170,7 +184,8 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
   else:
     params = checkpoint.load(checkpoint_path)
     formats.check_params(params, checkpoint_path)  # formats.read checked the others
-  if model_name is None:
+  from_workdir = model_name is None
+  if from_workdir:
     model_name, saved = workdir_model(checkpoint_path)
     overrides = {**saved, **overrides}
   family = models.family_of(model_name)
@@ -181,6 +196,12 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
   kwargs = {**family.fields_from_params(params), **overrides,
             'num_classes': 0 if head is None else int(head.shape[-1])}
   model = models.get_model(model_name, **kwargs)
+  probe_params = _abstract_params(model, _probe_resolution(model))
+  # Before the patch grid: another model's tree would be reported as an odd token count.
+  _check_architecture(
+      probe_params, params, checkpoint_path,
+      os.path.join(os.path.dirname(checkpoint_path), CONFIG_FILE) if from_workdir else None,
+      model_name)
   tokens = family.patch_tokens(model, params)
   if tokens is None:
     raise ValueError(f'Checkpoint {checkpoint_path} lacks the parameters that fix the '
@@ -188,7 +209,7 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
                      f'{model_name!r}. Pick the --model it was trained as.')
   grid, _ = families.square_grid(
       tokens, f'Checkpoint {checkpoint_path} (model {model_name!r})')
-  stride = model_stride(model)
+  stride = model_stride(model, probe_params)
   native = grid * stride
   if resolution is None or resolution == native:
     resolution = native
@@ -216,6 +237,30 @@ def reinitialized(loaded: LoadedModel, seed: int) -> LoadedModel:
       jax.random.PRNGKey(seed),
       jnp.zeros((1, loaded.resolution, loaded.resolution, 3), jnp.float32))['params']
   return dataclasses.replace(loaded, params=jax.tree.map(np.asarray, params))
+
+
+def _check_architecture(model_params: Any, params: Mapping[str, Any], path: str,
+                        config_path: Optional[str], name: str) -> None:
+  """One-line error naming the sizes (width, layers, ...) where `params` misfit the model.
+
+  `model_params` are the model's abstract parameters at any resolution: the sizes compared
+  do not depend on it.
+  """
+  try:
+    got = formats.architecture(params)
+    want = formats.architecture(model_params)
+  except ValueError:
+    return  # a tree these sizes do not describe: _check_fits names its first misfit
+  diff = formats.architecture_differences(got, want)
+  if not diff:
+    return
+  # The first three (width and depth lead) keep the line short.
+  sizes = ', '.join(diff[:3]) + (f', +{len(diff) - 3} more' if len(diff) > 3 else '')
+  if config_path:
+    raise ValueError(f'Checkpoint {path} does not fit the model in {config_path} (weights '
+                     f'vs config: {sizes}); pass that run\'s own params.npz, or --model.')
+  raise ValueError(f'Checkpoint {path} does not fit model {name!r} (weights vs model: '
+                   f'{sizes}). Pick the --model it was trained as.')
 
 
 def _check_fits(model: nn.Module, params: Mapping[str, Any], resolution: int,

@@ -6,14 +6,15 @@ ViT and its ResNet hybrids, 'mixer' for MLP-Mixer), the record every other part 
 package asks about a model; `register_family` adds one.
 """
 import dataclasses
-import difflib
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax import errors
 from vit_jax.models import families
 from vit_jax.models import mixer
 from vit_jax.models import presets
@@ -54,13 +55,21 @@ def resolve_dtype(dtype: Any, backend: str = '') -> Any:
   return _DTYPES[dtype]
 
 
+def unknown_model(name: str, aliases: Mapping[str, str] = MappingProxyType({})) -> str:
+  """The one-line message for an unknown model: the closest names, then where all are listed.
+
+  `aliases` (short name -> preset) are names a config argument also takes.
+  """
+  show = lambda n: f'{n} ({aliases[n]})' if n in aliases else n
+  hint = errors.did_you_mean(name, [*aliases, *MODEL_CONFIGS], show)
+  # The full list (50 names) would bury the suggestion; the list command shows it.
+  return f'Unknown model {name!r} ({hint + " " if hint else ""}all: python -m vit_jax.list).'
+
+
 def get_model_config(name: str) -> ml_collections.ConfigDict:
   """Returns an unlocked copy of the preset `name`, or a one-line error."""
   if name not in MODEL_CONFIGS:
-    close = difflib.get_close_matches(name, MODEL_CONFIGS, n=3, cutoff=0.4)
-    hint = f' Did you mean {", ".join(map(repr, close))}?' if close else ''
-    raise ValueError(f'Unknown model {name!r}.{hint} Known models: '
-                     f'{", ".join(sorted(MODEL_CONFIGS))}.')
+    raise ValueError(unknown_model(name))
   return ml_collections.ConfigDict(MODEL_CONFIGS[name].to_dict())
 
 

@@ -35,6 +35,7 @@ from vit_jax.models.formats import timm
 # The public names of the modules this package dispatches to.
 Checkpoint = arch.Checkpoint
 architecture = arch.architecture
+architecture_differences = arch.differences
 fitting_presets = arch.fitting_presets
 FORMATS = detect.FORMATS
 detect_format = detect.detect_format

@@ -154,6 +154,26 @@ def describe(arch: Mapping[str, Any]) -> str:
           f'{t["mlp_dim"]}, patch {arch["patches"]["size"][0]}')
 
 
+def differences(got: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
+  """Where architecture `got` (a checkpoint's) differs from `want`, as 'width 32 vs 96'."""
+  if _kind(got) != _kind(want):
+    return [f'{_kind(got)} vs {_kind(want)}']
+  if 'num_blocks' in got:  # Mixer
+    sizes = {'width': 'hidden_dim', 'blocks': 'num_blocks',
+             'token MLP': 'tokens_mlp_dim', 'channel MLP': 'channels_mlp_dim'}
+    pairs = {name: (got[key], want[key]) for name, key in sizes.items()}
+  else:
+    sizes = {'layers': 'num_layers', 'heads': 'num_heads', 'MLP': 'mlp_dim'}
+    pairs = {'width': (got['hidden_size'], want['hidden_size']),
+             **{name: (got['transformer'][key], want['transformer'][key])
+                for name, key in sizes.items()},
+             'class token': tuple('yes' if a['class_token'] else 'no' for a in (got, want)),
+             'ResNet': tuple(a['resnet'] and tuple(a['resnet']['num_layers'])
+                             for a in (got, want))}
+  pairs['patch'] = tuple('x'.join(map(str, a['patches']['size'])) for a in (got, want))
+  return [f'{name} {a} vs {b}' for name, (a, b) in pairs.items() if a != b]
+
+
 def resolve_model(model: str) -> str:
   """A preset name for `model`: a preset itself or a timm model name."""
   if model in models.MODEL_CONFIGS:
