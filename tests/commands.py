@@ -9,6 +9,7 @@ the libraries already imported. Tests about imports or start-up time use `subpro
 `VITJAX_TEST_FORK_COMMANDS=0` runs every command as a plain subprocess instead.
 """
 import atexit
+import hashlib
 import json
 import os
 import select
@@ -228,3 +229,15 @@ def run(cmd: Sequence[str], *, env: Optional[dict] = None, cwd: Optional[str] = 
     return subprocess.CompletedProcess(cmd, code, *started.outputs())
   finally:
     started.close()
+
+
+def digest(root: str) -> dict[str, str]:
+  """sha256 of every file below `root` (what a failed command must leave as it was)."""
+  out = {}
+  for directory, _, files in os.walk(root):
+    for name in files:
+      path = os.path.join(directory, name)
+      if not os.path.islink(path):
+        with open(path, 'rb') as f:
+          out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+  return out

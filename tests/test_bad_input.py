@@ -5,7 +5,6 @@ and the memory and checkpoint tools) is fed a mistake a user makes; the run-time
 (evaluator options, options of unused objectives) are tested on the trainer itself.
 """
 import contextlib
-import hashlib
 import os
 import resource
 import shutil
@@ -51,17 +50,6 @@ def _env() -> dict:
   # TensorFlow's own log level is tests/conftest.py's (warnings and info hidden).
   return dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
 
-
-def _digest(root: str) -> dict[str, str]:
-  """sha256 of every file below `root` (what a failed command must leave as it was)."""
-  out = {}
-  for directory, _, files in os.walk(root):
-    for name in files:
-      path = os.path.join(directory, name)
-      if not os.path.islink(path):
-        with open(path, 'rb') as f:
-          out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-  return out
 
 
 def _damaged_copies(root: str) -> tuple[str, str]:
@@ -115,7 +103,7 @@ class CommandsTest(absltest.TestCase):
     with open(os.path.join(user, 'scratch', 'notes.txt'), 'w') as f:
       f.write('mine')
     image = os.path.join(REPO, 'vit_jax', 'labels', 'README.md')
-    before = _digest(user)
+    before = commands.digest(user)
     out = os.path.join(root, 'out')
     os.makedirs(out)
     u = lambda *p: os.path.join(user, *p)  # pylint: disable=unnecessary-lambda-assignment
@@ -203,7 +191,7 @@ class CommandsTest(absltest.TestCase):
         self.assertIn(cases[name][1], lines[0])
         if name in _BEFORE_TENSORFLOW:
           self.assertIn('tensorflow loaded: False', printed, name)
-    self.assertEqual(_digest(user), before)
+    self.assertEqual(commands.digest(user), before)
     # Only the evaluation's dataset was prepared (into the data dir it was given).
     self.assertEqual(os.listdir(out), ['tfds'])
 
@@ -221,7 +209,7 @@ class ConvertTest(absltest.TestCase):
   def test_any_spelling_of_the_source_is_refused(self):
     os.symlink(self.real, os.path.join(self.root, 'link'))
     os.link(self.src, os.path.join(self.root, 'hard.npz'))
-    before = _digest(self.root)
+    before = commands.digest(self.root)
     relative = os.path.relpath(self.src)
     spellings = [os.path.join(self.root, 'link', 'params.npz'),
                  os.path.join(self.real, '..', 'real', 'params.npz'),
@@ -233,11 +221,11 @@ class ConvertTest(absltest.TestCase):
     # A transformers directory: its weights file is a file of the source too.
     hf_dir = os.path.join(self.root, 'hf')
     shutil.copytree(os.path.join(FIXTURES, 'hf_classifier'), hf_dir)
-    before = _digest(self.root)
+    before = commands.digest(self.root)
     with self.assertRaisesRegex(ValueError, 'would replace a file of --from'):
       formats.convert(hf_dir, os.path.join(hf_dir, 'model.safetensors'),
                       model=None, to_format='timm', exact_gelu='accept')
-    self.assertEqual(_digest(self.root), before)
+    self.assertEqual(commands.digest(self.root), before)
 
   def test_damaged_tensors_are_refused_on_every_read_path(self):
     nan, int8 = _damaged_copies(self.root)

@@ -1,6 +1,5 @@
 """Errors that name the real problem first: a missing checkpoint, another model's weights in a
 work directory, and every mistake of one config argument (issue 46)."""
-import hashlib
 import os
 import sys
 
@@ -21,16 +20,6 @@ SHORT = 200
 def _env() -> dict:
   return dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
 
-
-def _digest(root: str) -> dict[str, str]:
-  """sha256 of every file below `root`."""
-  out = {}
-  for directory, _, files in os.walk(root):
-    for name in files:
-      with open(os.path.join(directory, name), 'rb') as f:
-        out[os.path.relpath(os.path.join(directory, name), root)] = (
-            hashlib.sha256(f.read()).hexdigest())
-  return out
 
 
 def _one_line(test: absltest.TestCase, proc, prog: str = 'vit_jax') -> str:
@@ -74,7 +63,7 @@ class CheckpointTest(absltest.TestCase):
 
   def test_another_models_weights_name_the_sizes_that_differ(self):
     workdir = _workdir(self.create_tempdir().full_path)
-    before = _digest(workdir)
+    before = commands.digest(workdir)
     params = os.path.join(workdir, 'params.npz')
     config = os.path.join(workdir, 'config.json')
     want = (f'Checkpoint {params} does not fit the model in {config} (weights vs config: '
@@ -92,7 +81,7 @@ class CheckpointTest(absltest.TestCase):
     self.assertEqual(line, 'vit_jax.evaluate: error: ' + want.replace(
         os.path.dirname(workdir) + '/', ''))
     self.assertLess(len(line), SHORT + 20)
-    self.assertEqual(_digest(workdir), before)
+    self.assertEqual(commands.digest(workdir), before)
 
   def test_a_class_token_alone_is_named_not_an_odd_token_count(self):
     # Same sizes as the weights; the run pooled without a class token (17 tokens read as 16+1).
