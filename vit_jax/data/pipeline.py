@@ -307,22 +307,15 @@ def _label_is_list(builder, spec) -> bool:
   return isinstance(feature, tfds.features.Sequence)
 
 
-def has_label_sets(config, label_key: str = '', real_labels: str = '') -> bool:
-  """Whether an eval pass yields label sets (a ReaL file or a list feature), not one class."""
-  if real_labels:
-    return True
-  spec, builder, _ = _source(config, label_key, train=False)
-  return _label_is_list(builder, spec)
-
-
-def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int, *,
-                 label_key: str = '', real_labels_path: str = ''):
+def _eval_pass(config, split: Optional[str], slots: list[int], num_slots: int, *,
+               label_key: str = '', real_labels_path: str = ''):
   """The per-process tf.data pass over an eval split for the given slots (ascending).
 
   `split` defaults to the dataset's evaluation split (config.eval_split). The split is cut
   into num_slots contiguous chunks; each batch holds batch_eval/num_slots
-  rows of every listed slot. Returns (dataset, number of batches); batches are {'image':
-  uint8, 'label', 'mask', 'index'}; padding rows have mask, label and image 0 and index -1.
+  rows of every listed slot. Returns (dataset, number of batches, whether the labels are
+  sets); batches are {'image': uint8, 'label', 'mask', 'index'}; padding rows have mask,
+  label and image 0 and index -1.
   Labels come from the feature `label_key` ('' = the dataset's), multi-hot where it holds
   a list of classes, or from the ReaL file `real_labels_path` (vit_jax.data.label_sets);
   an image with an empty label set has an all-zero label row and mask 1.
@@ -378,7 +371,15 @@ def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int,
 
   ds = ds.map(reader.traced(example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(rows * len(slots), drop_remainder=True)
-  return ds.prefetch(tf.data.AUTOTUNE).with_options(_options()), num_batches
+  return ds.prefetch(tf.data.AUTOTUNE).with_options(_options()), num_batches, sets
+
+
+def eval_dataset(config, split: Optional[str], slots: list[int], num_slots: int, *,
+                 label_key: str = '', real_labels_path: str = ''):
+  """(dataset, number of batches) of an eval pass; see _eval_pass."""
+  ds, num_batches, _ = _eval_pass(config, split, slots, num_slots, label_key=label_key,
+                                  real_labels_path=real_labels_path)
+  return ds, num_batches
 
 
 def value_range(image):
@@ -515,10 +516,10 @@ def make_eval_iterator(config, mesh: jax.sharding.Mesh, split: Optional[str] = N
   num_slots = mesh.size
   slots = _groups_of_rows(local_row_runs(sharding, config.batch_eval),
                           config.batch_eval // num_slots, 'device blocks')
-  ds, num_batches = eval_dataset(config, split, slots, num_slots, label_key=label_key,
-                                 real_labels_path=real_labels_path)
+  ds, num_batches, sets = _eval_pass(config, split, slots, num_slots, label_key=label_key,
+                                     real_labels_path=real_labels_path)
   return EvalIterable(ds, num_batches, sharding, config.batch_eval, max(1, config.prefetch),
-                      has_label_sets(config, label_key, real_labels_path))
+                      sets)
 
 
 def preprocess_for_eval_numpy(image: np.ndarray, config) -> np.ndarray:

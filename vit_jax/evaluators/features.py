@@ -163,16 +163,20 @@ def image_batches(data: Dataset, split: str, rows: Optional[np.ndarray],
     ds = ds.enumerate().filter(reader.traced(lambda i, ex: tf.gather(wanted, i))).map(
         reader.traced(lambda i, ex: ex))
   label_fn = _labels_fn(data.spec)
-  scale = data.spec.image_scale
 
   def prepare(ex):
-    image = preprocess.decode(ex[data.spec.image_key], pp.num_channels)
-    if scale != 1:
-      image = image * tf.constant(scale, image.dtype)
-    return preprocess.eval_image(image, pp), label_fn(ex)
+    return _eval_image(data, ex, pp), label_fn(ex)
 
   ds = ds.map(reader.traced(prepare), num_parallel_calls=tf.data.AUTOTUNE)
   yield from ds.batch(batch_size).prefetch(2).as_numpy_iterator()
+
+
+def _eval_image(data: Dataset, ex: dict, pp: ml_collections.ConfigDict) -> tf.Tensor:
+  """An example's image through the evaluation preprocessing: float32 in [-1, 1]."""
+  image = preprocess.decode(ex[data.spec.image_key], pp.num_channels)
+  if data.spec.image_scale != 1:
+    image = image * tf.constant(data.spec.image_scale, image.dtype)
+  return preprocess.eval_image(image, pp)
 
 
 def augmented_batches(data: Dataset, split: str, pp: ml_collections.ConfigDict,
@@ -199,10 +203,7 @@ def augmented_batches(data: Dataset, split: str, pp: ml_collections.ConfigDict,
                                      pp, scale)
       image = tf.cast(image, tf.float32) / 127.5 - 1.0
     else:
-      image = preprocess.decode(ex[data.spec.image_key], pp.num_channels)
-      if scale != 1:
-        image = image * tf.constant(scale, image.dtype)
-      image = preprocess.eval_image(image, pp)
+      image = _eval_image(data, ex, pp)
     return image, label_fn(ex), row
 
   ds = ds.enumerate().map(reader.traced(prepare), num_parallel_calls=tf.data.AUTOTUNE)
