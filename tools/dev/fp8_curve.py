@@ -1,6 +1,6 @@
 r"""Trains one ViT twice from the same start, matmuls in the compute dtype and in fp8, and compares the losses.
 
-  python tools/fp8_curve.py --model=ViT-S_16 --steps=1000 --batch=256 --out=curve.json
+  python tools/dev/fp8_curve.py --model=ViT-S_16 --steps=1000 --batch=256 --out=curve.json
 
 Both runs share the initialisation, the batch order and the recipe (AdamW, lr 1e-3 with
 100 warm-up steps and cosine decay, weight decay 0.1, clip 1.0); they differ only in
