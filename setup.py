@@ -45,12 +45,33 @@ EXTRAS_REQUIRE = {
     'cuda13': ['jax[cuda13]'],   # NVIDIA driver for CUDA 13
     'tpu': ['jax[tpu]'],
     'viz': [],  # matplotlib is a core requirement now; kept so old commands still work
+    # The site in docs/ (sphinx-build -W docs docs/_build); the notebook is shown, not run.
+    'docs': ['sphinx>=7', 'myst-parser', 'myst-nb', 'sphinx-book-theme'],
 }
 
 setuptools.setup(
     name='vit_jax',
-    version='0.2.0',
+    version='0.3.0',
     description='Vision Transformer pre-training and fine-tuning in JAX/Flax',
+    license='Apache-2.0',
+    project_urls={
+        'Paper': 'https://arxiv.org/abs/2010.11929',
+        'Original code': 'https://github.com/google-research/vision_transformer',
+    },
+    classifiers=[
+        'Development Status :: 4 - Beta',
+        'Intended Audience :: Science/Research',
+        'Intended Audience :: Developers',
+        'License :: OSI Approved :: Apache Software License',
+        'Operating System :: POSIX :: Linux',
+        'Operating System :: MacOS',
+        'Programming Language :: Python :: 3',
+        'Programming Language :: Python :: 3 :: Only',
+        'Programming Language :: Python :: 3.11',
+        'Programming Language :: Python :: 3.12',
+        'Topic :: Scientific/Engineering :: Artificial Intelligence',
+        'Topic :: Scientific/Engineering :: Image Recognition',
+    ],
     long_description=open('README.md').read(),
     long_description_content_type='text/markdown',
     # configs/ ships as vit_jax.experiment_configs: --config=quickstart works after

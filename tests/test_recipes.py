@@ -110,7 +110,7 @@ _QUICKSTART = {'dataset': 'mnist5k', 'model.hidden_size': 96, 'model.classifier'
                'batch': 128, 'optimizer': 'adam', 'base_lr': 2e-3, 'weight_decay': 1e-4,
                'pp.label_smoothing': 0.1}
 EXPECTED.update({
-    # The README's quickstart numbers (0.976-0.978 over seeds 0-2) and its fine-tuning
+    # The quickstart's numbers (0.976-0.978 over seeds 0-2) and its fine-tuning
     # examples (':short', the recipe of earlier releases) were measured with these.
     'quickstart.py': {
         **_QUICKSTART, 'total_steps': 2000, 'warmup_steps': 200,
@@ -286,13 +286,13 @@ class RecipeValuesTest(absltest.TestCase):
     self.assertFalse(os.path.exists(workdir))
 
 
-class ReadmeTableTest(absltest.TestCase):
+class RecipeTableTest(absltest.TestCase):
 
-  def test_readme_recipe_table_is_the_resolved_configs(self):
+  def test_the_recipes_page_table_is_the_resolved_configs(self):
     tool = tool_modules.load('recipe_table')
-    with open(os.path.join(REPO, 'README.md')) as f:
-      readme = f.read()
-    self.assertIn(tool.table() + '\n', readme)
+    with open(os.path.join(REPO, 'docs', 'guides', 'recipes.md')) as f:
+      page = f.read()
+    self.assertIn(tool.table() + '\n', page)
 
 
 class CropGeometryTest(absltest.TestCase):

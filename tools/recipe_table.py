@@ -1,4 +1,4 @@
-"""Prints the README's recipe table from the resolved configs: python tools/recipe_table.py."""
+"""Prints the recipe table of docs/guides/recipes.md from the resolved configs: python tools/recipe_table.py."""
 import os
 import sys
 

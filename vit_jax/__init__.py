@@ -7,4 +7,4 @@ vit_jax.checkpoint.load / save / load_pretrained and `python -m vit_jax.main`.
 Modules that moved in 0.2 are listed in CHANGELOG.md.
 """
 
-__version__ = '0.2.0'
+__version__ = '0.3.0'
