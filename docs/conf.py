@@ -1,5 +1,6 @@
 """Sphinx configuration of the vit_jax documentation (MyST Markdown, sphinx-book-theme)."""
 import os
+import re
 import shutil
 import sys
 
@@ -21,10 +22,10 @@ extensions = [
     'sphinx.ext.autodoc',
     'sphinx.ext.autosummary',
     'sphinx.ext.napoleon',
-    'sphinx.ext.viewcode',
     'results_table',
 ]
-source_suffix = {'.md': 'myst-nb', '.ipynb': 'myst-nb'}
+# .rst first: autosummary writes its API stubs with the first suffix, and they are reStructuredText.
+source_suffix = {'.rst': 'restructuredtext', '.md': 'myst-nb', '.ipynb': 'myst-nb'}
 root_doc = 'index'
 exclude_patterns = ['_build', 'jupyter_execute', 'results/README.md', 'Thumbs.db', '.DS_Store']
 
@@ -53,3 +54,30 @@ _NOTEBOOK = os.path.join(REPO, 'notebooks', 'vit_jax.ipynb')
 _NOTEBOOK_COPY = os.path.join(DOCS, 'notebook', 'vit_jax.ipynb')
 os.makedirs(os.path.dirname(_NOTEBOOK_COPY), exist_ok=True)
 shutil.copyfile(_NOTEBOOK, _NOTEBOOK_COPY)
+
+
+def _plain_text_docstrings(app, what, name, obj, options, lines):  # pylint: disable=unused-argument
+  """Shows the package's plain-text docstrings as written.
+
+  The modules' docstrings are prose with indented command lines and lists, not
+  reStructuredText: past its summary line a module docstring is shown preformatted. In the
+  others, `*` and `|` are text (pointers, shell pipes), not emphasis, substitutions or link targets. Runs
+  before napoleon turns their Args/Returns sections into fields.
+  """
+  def escape(line: str) -> str:
+    line = line.replace('*', r'\*').replace('|', r'\|')
+    return re.sub(r'(?<=\w)_(?=\W|$)', r'\_', line)  # NAME_ is a link target in reST
+  if what == 'module':
+    rest = lines[1:]
+    while rest and not rest[0].strip():
+      rest = rest[1:]
+    lines[:] = [escape(lines[0])] if lines else []
+    if rest:
+      lines += ['', '.. code-block:: text', ''] + ['   ' + line for line in rest]
+  else:
+    lines[:] = [escape(line) for line in lines]
+
+
+def setup(app):
+  """Connects the docstring filter ahead of napoleon's (priority 500)."""
+  app.connect('autodoc-process-docstring', _plain_text_docstrings, priority=400)
