@@ -1,10 +1,13 @@
 """tools/docs_check.py's parts that need no browser: the link check and the search page's results."""
 import os
+import re
 import tempfile
 
 from absl.testing import absltest
 
 from tests import tool_modules
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _write(root: str, path: str, text: str) -> None:
@@ -52,6 +55,28 @@ class SearchResultsTest(absltest.TestCase):
            'data-score="5">Recipes</a></li><li class="kind-object"><a href="api.html#f">f</a></li></ul>')
     self.assertEqual(tool.search_results(dom), ['guides/recipes.html', 'api.html'])
     self.assertEqual(tool.search_results('<ul class="search"></ul>'), [])
+
+
+class ReadmeTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    with open(os.path.join(REPO, 'README.md')) as f:
+      self.readme = f.read()
+
+  def test_short_with_the_fresh_machine_commands_first(self):
+    self.assertLessEqual(self.readme.count('\n'), 300)
+    first_screen = '\n'.join(self.readme.split('\n')[:10])
+    self.assertIn('pip install -e . && python -m vit_jax.main --config=configs/quickstart.py', first_screen)
+    self.assertIn("pip install -e '.[test]' && python -m pytest tests -q", first_screen)
+
+  def test_every_relative_link_names_a_file_that_exists(self):
+    links = re.findall(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', self.readme)
+    local = [link for link in links if '://' not in link]
+    self.assertGreaterEqual(len(local), 10)
+    for link in local:
+      with self.subTest(link):
+        self.assertTrue(os.path.exists(os.path.join(REPO, link)))
 
 
 if __name__ == '__main__':
