@@ -47,6 +47,9 @@ def command_problems(command: str) -> list[str]:
     if words[1] == '-m':
       if not _module_exists(words[2]):
         problems.append(f'no module {words[2]}')
+      if words[2] == 'pytest':
+        problems += [f'no test file {w}' for w in words[3:]
+                     if not w.startswith('-') and not os.path.exists(os.path.join(REPO, w.split('::')[0]))]
     elif not os.path.isfile(os.path.join(REPO, words[1])):
       problems.append(f'no script {words[1]}')
   elif words[0] == 'bash':
@@ -92,6 +95,7 @@ class ResultsFilesTest(absltest.TestCase):
   def test_the_check_catches_a_command_that_does_not_exist(self):
     self.assertEqual(command_problems('python -m vit_jax.nope --x=1'), ['no module vit_jax.nope'])
     self.assertEqual(command_problems('python tools/nope.py'), ['no script tools/nope.py'])
+    self.assertEqual(command_problems('python -m pytest tests/test_nope.py -q'), ['no test file tests/test_nope.py'])
     self.assertEqual(command_problems('python -m vit_jax.main --config=configs/nope.py:b16'),
                      ['no config configs/nope.py:b16'])
     self.assertEqual(command_problems('XLA_FLAGS=--a=b python -m vit_jax.perf.benchmark --config=nope'),
