@@ -53,7 +53,7 @@ setuptools.setup(
     name='vit_jax',
     version='0.3.0',
     description='Vision Transformer pre-training and fine-tuning in JAX/Flax',
-    license='Apache-2.0',
+    license='Apache-2.0',  # the original vision_transformer's; an SPDX expression (classifiers for it are deprecated)
     project_urls={
         'Paper': 'https://arxiv.org/abs/2010.11929',
         'Original code': 'https://github.com/google-research/vision_transformer',
@@ -62,7 +62,6 @@ setuptools.setup(
         'Development Status :: 4 - Beta',
         'Intended Audience :: Science/Research',
         'Intended Audience :: Developers',
-        'License :: OSI Approved :: Apache Software License',
         'Operating System :: POSIX :: Linux',
         'Operating System :: MacOS',
         'Programming Language :: Python :: 3',
