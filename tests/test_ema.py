@@ -40,7 +40,7 @@ class StepTest(absltest.TestCase):
     super().setUp()
     model = models.get_model('testing', num_classes=3, patches={'size': (4, 4)},
                              dropout_rate=0.0)
-    self.objective = objectives.Supervised(model)
+    self.objective = objectives.Supervised(model, 'softmax_xent')
     rng = np.random.RandomState(0)
     self.batch = {'image': jnp.asarray(rng.uniform(-1, 1, (8, 16, 16, 3)), jnp.float32),
                   'label': jnp.asarray(np.eye(3, dtype=np.float32)[rng.randint(0, 3, 8)])}
@@ -143,7 +143,8 @@ class TrainerTest(absltest.TestCase):
     tx = optimizers.make(config, schedules.make(config))
     objective = objectives.Supervised(models.get_model('testing', num_classes=10,
                                                        patches={'size': (7, 7)},
-                                                       hidden_size=16, mlp_dim=32))
+                                                       hidden_size=16, mlp_dim=32),
+                                    'softmax_xent')
     state = train_step.init_state(objective, tx, jax.random.PRNGKey(0), (1, 28, 28, 3))
     old = {'step': state.step, 'params': state.params, 'opt_state': state.opt_state,
            'rng': state.rng}

@@ -96,8 +96,12 @@ class ParamNorm(evaluators.Evaluator):
 
 
 @dataclasses.dataclass(frozen=True)
-class SquaredError:
-  """A toy objective: squared error between softmax and targets, plus a metric."""
+class SquaredError(objectives.Objective):
+  """A toy objective: squared error between softmax and targets, plus a metric.
+
+  Only `loss` and `example_loss`: the base class's defaults do the rest (init, the
+  parameter layout, no state, the export, FLOPs).
+  """
   model: nn.Module
   weight: float = 1.0
 
@@ -106,21 +110,11 @@ class SquaredError:
     return lambda logits, labels: self.weight * jnp.sum(
         jnp.square(jax.nn.softmax(logits) - labels), axis=-1)
 
-  def init(self, rng, image_shape):
-    return self.model.init(rng, jnp.zeros(image_shape))['params']
-
   def loss(self, params, batch, rng):
     logits = self.model.apply({'params': params}, batch['image'], train=True,
                               rngs={'dropout': rng})
     loss = jnp.mean(self.example_loss(logits, batch['label']))
     return loss, {'toy_weight': jnp.float32(self.weight)}
-
-  def model_params(self, params):
-    return params
-
-  def with_model_params(self, params, model_params):
-    del params
-    return model_params
 
 
 def _metrics(workdir: str, key: str) -> list:
@@ -204,11 +198,17 @@ class ExtensionTest(absltest.TestCase):
     self.addCleanup(objectives.OBJECTIVES.pop, 'squared_error')
     workdir = self.create_tempdir().full_path
     config = test_train.tiny_config(objective='squared_error', checkpoint_every=0)
-    config.objectives.squared_error = {'weight': 3.0}
+    # Its config section is its factory's options at their defaults.
+    self.assertEqual(config.objectives.squared_error.to_dict(), {'weight': 1.0})
+    config.objectives.squared_error.weight = 3.0
     result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertEqual(_metrics(workdir, 'toy_weight'), [3.0] * 4)
     # Evaluation reports the objective's own per-example loss: at most 2 * weight.
     self.assertBetween(result['loss_test'], 0.0, 6.0)
+    # The base class's export: the model's parameters, nothing beside them.
+    exported = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+    self.assertContainsSubset({'embedding', 'Transformer', 'head'}, exported)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'squared_error_params.npz')))
     config.objectives.squared_error = {'wieght': 3.0}
     with self.assertRaisesRegex(ValueError, r'objectives.squared_error.wieght is not '
                                 'an option'):

@@ -38,7 +38,7 @@ class TrainStepTest(absltest.TestCase):
     super().setUp()
     self.model = models.get_model('testing', num_classes=3, patches={'size': (4, 4)},
                                   dropout_rate=0.0)
-    self.objective = objectives.Supervised(self.model)
+    self.objective = objectives.Supervised(self.model, 'softmax_xent')
 
   def _state(self, tx):
     return train_step.init_state(self.objective, tx, jax.random.PRNGKey(0),

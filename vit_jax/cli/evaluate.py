@@ -38,7 +38,7 @@ def eval_config(saved: Optional[dict[str, Any]], resolution: int, *,
   config.eval_split = split or (saved.get('eval_split', '') if same_data else '')
   config.data_dir = data_dir or saved.get('data_dir')
   run_loss = saved.get('objectives', {}).get('supervised', {}).get('loss')
-  config.objectives.supervised.loss = loss or run_loss or 'softmax_xent'
+  config.objectives.supervised.loss = loss or run_loss or config.objectives.supervised.loss
   config.batch_eval = batch
   return config
 

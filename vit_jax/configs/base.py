@@ -8,6 +8,8 @@ Components are chosen by name: `model_name` (vit_jax.models.MODEL_CONFIGS), `dat
 """
 import ml_collections
 
+from vit_jax.train import objectives
+
 
 def get_base_config() -> ml_collections.ConfigDict:
   """Returns the full config schema; experiment configs override fields of it."""
@@ -115,43 +117,12 @@ def get_base_config() -> ml_collections.ConfigDict:
 
   # Objective: what is learned. 'supervised' = the model's logits against the labels;
   # 'masked_patch' (the ViT paper's self-supervision) and 'mae' (masked autoencoder) read
-  # no labels. Only the chosen objective's section is read.
+  # no labels; 'dino' needs pp.multicrop. Only the chosen objective's section is read.
+  # Each section is its factory's options and defaults (vit_jax.train.objectives, where
+  # they are explained), one per registered objective.
   c.objective = 'supervised'
-  c.objectives = ml_collections.ConfigDict({
-      'supervised': {'loss': 'softmax_xent'},  # 'softmax_xent' | 'sigmoid_xent'
-      'masked_patch': {
-          'mask_ratio': 0.5,        # patches corrupted per image
-          'replace_mask': 0.8,      # of those: the learnable [mask] embedding
-          'replace_random': 0.1,    # another patch's embedding (the rest: unchanged)
-          'target': 'mean_color',   # 'mean_color' | 'downsized' | 'pixels'
-          'bits': 3,                # colour bits per channel of the class targets
-          'downsized': 4,           # 'downsized': patches shrunk to 4x4 colours
-      },
-      'mae': {
-          'mask_ratio': 0.75,       # patches hidden from the encoder per image
-          'decoder_width': 512,
-          'decoder_depth': 8,
-          'decoder_heads': 16,
-          'decoder_mlp_dim': 2048,
-          'posemb': 'sincos2d',     # 'sincos2d' (fixed, the paper's) | 'learn'
-          'norm_pix_loss': True,    # targets: each patch's pixels to mean 0, variance 1
-      },
-      # DINO (vit_jax.train.dino): needs pp.multicrop; durations in steps.
-      'dino': {
-          'out_dim': 65536,         # prototypes K
-          'hidden_dim': 2048,
-          'bottleneck_dim': 256,
-          'num_layers': 3,
-          'norm_last_layer': True,  # weight norm g fixed to 1
-          'student_temp': 0.1,
-          'teacher_temp': 0.04,
-          'warmup_teacher_temp': 0.04,   # linear warm-up of tau_t from this ...
-          'warmup_teacher_temp_steps': 0,  # ... over these steps (0 = none)
-          'momentum_teacher': 0.996,  # cosine to 1 over the run
-          'center_momentum': 0.9,
-          'freeze_last_layer_steps': 0,
-      },
-  })
+  c.objectives = ml_collections.ConfigDict(
+      {name: objectives.defaults(name) for name in objectives.OBJECTIVES})
 
   # Optimizer: 'sgd' (momentum), 'adam' (AdamW), or any optax optimizer taking a
   # learning rate ('lion', 'lamb', ...); its keyword arguments are optimizers.<name>.

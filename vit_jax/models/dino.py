@@ -25,11 +25,11 @@ LAST_LAYER = 'last_layer'
 
 class DinoHead(nn.Module):
   """MLP -> bottleneck -> L2 normalisation -> weight-normalised linear to out_dim."""
-  out_dim: int = 65536
-  hidden_dim: int = 2048
-  bottleneck_dim: int = 256
-  num_layers: int = 3
-  norm_last_layer: bool = True   # weight norm g fixed to 1 (not trained)
+  out_dim: int  # the defaults: vit_jax.train.dino.make
+  hidden_dim: int
+  bottleneck_dim: int
+  num_layers: int
+  norm_last_layer: bool   # weight norm g fixed to 1 (not trained)
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -103,11 +103,11 @@ def _replace(tree: Params, path: tuple[str, ...], value: Any) -> Params:
 class Dino:
   """A backbone plus DINO's head; parameters {'model': published layout, 'head': head}."""
   model: nn.Module
-  out_dim: int = 65536
-  hidden_dim: int = 2048
-  bottleneck_dim: int = 256
-  num_layers: int = 3
-  norm_last_layer: bool = True
+  out_dim: int  # the defaults: vit_jax.train.dino.make
+  hidden_dim: int
+  bottleneck_dim: int
+  num_layers: int
+  norm_last_layer: bool
 
   def __post_init__(self):
     check_backbone(self.model)

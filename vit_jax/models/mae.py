@@ -119,12 +119,12 @@ class Encoded(NamedTuple):
 class MaskedAutoencoder:
   """A ViT encoder on visible patches plus MAE's decoder; params {'model', 'decoder'}."""
   model: vit_lib.VisionTransformer
-  mask_ratio: float = 0.75
-  decoder_width: int = 512
-  decoder_depth: int = 8
-  decoder_heads: int = 16
-  decoder_mlp_dim: int = 2048
-  posemb: str = 'sincos2d'
+  mask_ratio: float  # the defaults: vit_jax.train.objectives' mae factory
+  decoder_width: int
+  decoder_depth: int
+  decoder_heads: int
+  decoder_mlp_dim: int
+  posemb: str
 
   def __post_init__(self):
     check_vit(self.model, 'mae')

@@ -91,12 +91,12 @@ def downsized_target(images: jax.Array, patch: tuple[int, int], bits: int = 3,
 class MaskedPatchPredictor:
   """A ViT whose corrupted patch tokens predict a target; params {'model', 'masked_patch'}."""
   model: vit_lib.VisionTransformer
-  mask_ratio: float = 0.5
-  replace_mask: float = 0.8
-  replace_random: float = 0.1
-  target: str = 'mean_color'
-  bits: int = 3
-  downsized: int = 4
+  mask_ratio: float  # the defaults: vit_jax.train.objectives' masked_patch factory
+  replace_mask: float
+  replace_random: float
+  target: str
+  bits: int
+  downsized: int
 
   def __post_init__(self):
     mae.check_vit(self.model, 'masked_patch')

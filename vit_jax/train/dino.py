@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import dino as dino_lib
-from vit_jax.train import around_model
+from vit_jax.train import objective_base
 
 Params = Any
 TEACHER, CENTER = 'teacher', 'center'
@@ -98,18 +98,18 @@ def views_first(x: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class DinoObjective(around_model.AroundModel):
+class DinoObjective(objective_base.AroundModel):
   """The DINO objective; its state {'teacher': params, 'center': [K]} lives in `extra`."""
   OWN = dino_lib.HEAD  # the student's head (the teacher's is in `result_auxiliary`)
   net: dino_lib.Dino
   total_steps: int
-  student_temp: float = 0.1
-  teacher_temp: float = 0.04
-  warmup_teacher_temp: float = 0.04
-  warmup_teacher_temp_steps: int = 0
-  momentum_teacher: float = 0.996
-  center_momentum: float = 0.9
-  freeze_last_layer_steps: int = 0
+  student_temp: float  # the defaults: make
+  teacher_temp: float
+  warmup_teacher_temp: float
+  warmup_teacher_temp_steps: int
+  momentum_teacher: float
+  center_momentum: float
+  freeze_last_layer_steps: int
 
   def __post_init__(self):
     for key in ('student_temp', 'teacher_temp', 'warmup_teacher_temp'):
@@ -206,7 +206,11 @@ def make(model: Any, *, total_steps: int, out_dim: int = 65536, hidden_dim: int 
          warmup_teacher_temp: float = 0.04, warmup_teacher_temp_steps: int = 0,
          momentum_teacher: float = 0.996, center_momentum: float = 0.9,
          freeze_last_layer_steps: int = 0) -> DinoObjective:
-  """The DINO objective around `model` (options: config.objectives.dino)."""
+  """The DINO objective around `model` (options: config.objectives.dino; steps count
+  optimizer steps). out_dim: prototypes K; norm_last_layer: the weight norm g fixed to 1;
+  tau_t warms up linearly from warmup_teacher_temp to teacher_temp over
+  warmup_teacher_temp_steps (0: none); momentum_teacher rises to 1 by a cosine over the run.
+  """
   return DinoObjective(
       dino_lib.Dino(model, out_dim, hidden_dim, bottleneck_dim, num_layers,
                     norm_last_layer),

@@ -108,7 +108,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   step_fn = jitted_step(config, objective, tx, schedule, mesh, shardings)
   writer = writers.make_writer(workdir)
   evals = evaluators.create(config, evaluators.Context(
-      config, model, mesh, objectives.example_loss(objective)))
+      config, model, mesh, objective.example_loss))
   monitor = _Monitor(config, objective, writer, ckpt)
   _log_start(config, info, mesh, state, start)
   final = {}

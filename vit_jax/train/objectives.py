@@ -1,8 +1,11 @@
 """Training objectives chosen by name: what the trainable parameters are and what a batch costs.
 
-`config.objective` names an entry of OBJECTIVES (or one added with `register`); its
-options are `config.objectives.<name>`. An objective wraps the model: `init` makes the
-trainable parameter tree, `loss` scores a batch, and `model_params` returns the part in
+`config.objective` names an entry of OBJECTIVES (or one added with `register`): a factory
+`factory(model, **options)` whose keyword defaults are the objective's options, declared
+there only; `config.objectives.<name>` is derived from them (`defaults`, read by
+vit_jax.configs.base). Every objective subclasses `Objective` (vit_jax.train.objective_base),
+whose methods the step and the loop call, with defaults for all but `loss`: `init` makes
+the trainable parameter tree, `loss` scores a batch, and `model_params` returns the part in
 the model's published layout (what params.npz, evaluators and fine-tuning use). The
 supervised objective trains the model's parameters alone, so there the two trees are one.
 The self-supervised ones (`masked_patch`, `mae`) read no labels; they also train parts
@@ -18,7 +21,7 @@ Its result (`result_params`) may be that state rather than the trained parameter
 """
 import dataclasses
 import inspect
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 import flax.linen as nn
 import jax
@@ -27,31 +30,15 @@ import ml_collections
 import optax
 
 from vit_jax.data import view_counts
-from vit_jax.models import flops
 from vit_jax.models import mae
 from vit_jax.models import masked_patch
-from vit_jax.train import around_model
 from vit_jax.train import dino
+from vit_jax.train import objective_base
 
 Params = Any
 STATE_KEY = 'objective'  # a stateful objective's entry of TrainState.extra
-
-
-class Objective(Protocol):
-  """The interface the train step and the loop use."""
-  model: nn.Module
-
-  def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
-    """The trainable parameters, freshly initialised."""
-
-  def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
-    """(mean loss, extra metrics as scalars) of a training batch."""
-
-  def model_params(self, params: Params) -> Params:
-    """The model's parameters in the published layout."""
-
-  def with_model_params(self, params: Params, model_params: Params) -> Params:
-    """`params` with the model's part replaced (to start from a checkpoint)."""
+# The base class every objective subclasses (vit_jax.train.objective_base).
+Objective = objective_base.Objective
 
 
 def softmax_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -68,10 +55,10 @@ LOSSES = {'softmax_xent': softmax_xent, 'sigmoid_xent': sigmoid_xent}
 
 
 @dataclasses.dataclass(frozen=True)
-class Supervised:
+class Supervised(Objective):
   """Classification with labels: the model's logits against the batch's targets."""
   model: nn.Module
-  loss_name: str = 'softmax_xent'
+  loss_name: str
 
   def __post_init__(self):
     if self.loss_name not in LOSSES:
@@ -83,23 +70,14 @@ class Supervised:
     """Per-example loss of logits against labels (what evaluation reports)."""
     return LOSSES[self.loss_name]
 
-  def init(self, rng: jax.Array, image_shape: tuple[int, ...]) -> Params:
-    return self.model.init(rng, jnp.zeros(image_shape, jnp.float32))['params']
-
   def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
     logits = self.model.apply({'params': params}, batch['image'], train=True,
                               rngs={'dropout': rng})
     return jnp.mean(self.example_loss(logits, batch['label'])), {}
 
-  def model_params(self, params: Params) -> Params:
-    return params
-
-  def with_model_params(self, params: Params, model_params: Params) -> Params:
-    del params
-    return model_params
-
 
 def _supervised(model: nn.Module, *, loss: str = 'softmax_xent') -> Supervised:
+  """Options: loss, 'softmax_xent' | 'sigmoid_xent' (multi-label)."""
   return Supervised(model, loss)
 
 
@@ -129,7 +107,7 @@ def patch_prediction_loss(out: jax.Array, target: jax.Array, chosen: jax.Array,
 
 
 @dataclasses.dataclass(frozen=True)
-class MaskedPatch(around_model.AroundModel):
+class MaskedPatch(objective_base.AroundModel):
   """The ViT paper's self-supervision: predict corrupted patches' targets; no labels."""
   OWN = 'masked_patch'  # the [mask] embedding and the prediction head
   net: masked_patch.MaskedPatchPredictor
@@ -142,11 +120,11 @@ class MaskedPatch(around_model.AroundModel):
 
 
 @dataclasses.dataclass(frozen=True)
-class Mae(around_model.AroundModel):
+class Mae(objective_base.AroundModel):
   """Masked autoencoding: reconstruct the left-out patches' pixels; no labels."""
   OWN = 'decoder'  # with its mask token: what reconstructions need beside the ViT
   net: mae.MaskedAutoencoder
-  norm_pix_loss: bool = True
+  norm_pix_loss: bool
 
   def loss(self, params: Params, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
     images = batch['image']
@@ -163,6 +141,10 @@ def _masked_patch(model: nn.Module, *, mask_ratio: float = 0.5,
                   replace_mask: float = 0.8, replace_random: float = 0.1,
                   target: str = 'mean_color', bits: int = 3,
                   downsized: int = 4) -> MaskedPatch:
+  """Options: mask_ratio of the patches corrupted per image; of those, replace_mask get
+  the learnable [mask] embedding and replace_random another patch's (the rest stay);
+  target 'mean_color' | 'downsized' | 'pixels'; bits of colour per channel of the class
+  targets; downsized: 'downsized' shrinks patches to downsized x downsized colours."""
   return MaskedPatch(masked_patch.MaskedPatchPredictor(
       model, mask_ratio, replace_mask, replace_random, target, bits, downsized))
 
@@ -170,6 +152,9 @@ def _masked_patch(model: nn.Module, *, mask_ratio: float = 0.5,
 def _mae(model: nn.Module, *, mask_ratio: float = 0.75, decoder_width: int = 512,
          decoder_depth: int = 8, decoder_heads: int = 16, decoder_mlp_dim: int = 2048,
          posemb: str = 'sincos2d', norm_pix_loss: bool = True) -> Mae:
+  """Options: mask_ratio of the patches hidden from the encoder per image; the decoder's
+  shape; posemb 'sincos2d' (fixed, the paper's) | 'learn'; norm_pix_loss: targets are
+  each patch's pixels normalised to mean 0, variance 1."""
   return Mae(mae.MaskedAutoencoder(model, mask_ratio, decoder_width, decoder_depth,
                                    decoder_heads, decoder_mlp_dim, posemb),
              norm_pix_loss)
@@ -184,8 +169,22 @@ _FROM_CONFIG = ('model', 'total_steps')
 
 
 def register(name: str, factory: Callable[..., Objective]) -> None:
-  """Makes `factory(model, **options)` selectable as config.objective=name."""
+  """Makes `factory(model, **options)` selectable as config.objective=name.
+
+  The factory's keyword defaults are the options (config.objectives.<name>, derived by
+  vit_jax.configs.base from `defaults`); it returns an `Objective` subclass.
+  """
   OBJECTIVES[name] = factory
+
+
+def _parameters(name: str) -> dict[str, inspect.Parameter]:
+  return dict(inspect.signature(OBJECTIVES[name]).parameters)
+
+
+def defaults(name: str) -> dict[str, Any]:
+  """The options objective `name` takes, with their defaults (its factory's keywords)."""
+  return {key: p.default for key, p in _parameters(name).items()
+          if key not in _FROM_CONFIG and p.default is not p.empty}
 
 
 def _options(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -201,7 +200,7 @@ def check(config: ml_collections.ConfigDict) -> None:
   ratio = _options(config).get('mask_ratio')
   if ratio is not None:  # before the dataset is read (the model checks it again)
     mae.check_ratio(ratio, f'config.objectives.{config.objective}.mask_ratio')
-  params = inspect.signature(OBJECTIVES[config.objective]).parameters
+  params = _parameters(config.objective)
   if any(p.kind == p.VAR_KEYWORD for p in params.values()):
     return
   for key in _options(config):
@@ -216,62 +215,55 @@ def make(config: ml_collections.ConfigDict, model: nn.Module) -> Objective:
   check(config)
   factory = OBJECTIVES[config.objective]
   options = _options(config)
-  if 'total_steps' in inspect.signature(factory).parameters:
+  if 'total_steps' in _parameters(config.objective):
     options['total_steps'] = config.total_steps
-  return factory(model, **options)
+  objective = factory(model, **options)
+  if not isinstance(objective, Objective):
+    raise TypeError(f'objective {config.objective!r}: its factory returned a '
+                    f'{type(objective).__name__}, not a subclass of objectives.Objective.')
+  return objective
 
 
-def is_stateful(objective: Objective) -> bool:
-  """Whether the objective keeps state of its own in TrainState.extra[STATE_KEY]."""
-  return hasattr(objective, 'update_state')
+def unused_options(config: ml_collections.ConfigDict) -> list[tuple[str, str, Any]]:
+  """(objective, key, value) of options set for objectives the run does not train.
 
-
-def init_state(objective: Objective, params: Params) -> Optional[Any]:
-  """The objective's own state for fresh `params`; None if it keeps none."""
-  return objective.init_state(params) if is_stateful(objective) else None
+  An option counts as set where it differs from its factory's default or the factory
+  does not take it (a forgotten --config.objective?).
+  """
+  out = []
+  for name, options in config.get('objectives', {}).items():
+    if name == config.objective or name not in OBJECTIVES:
+      continue
+    own = defaults(name)
+    out.extend((name, key, value) for key, value in options.items()
+               if key not in own or own[key] != value)
+  return out
 
 
 def result_params(objective: Objective, params: Params, extra: dict) -> Params:
   """The model's parameters the run yields (params.npz, evaluation): e.g. DINO's teacher."""
-  own = getattr(objective, 'result_params', None)
-  if own is None:
-    return objective.model_params(params)
-  return own(params, extra[STATE_KEY])
-
-
-def example_loss(objective: Objective) -> Optional[Callable[[jax.Array, jax.Array], jax.Array]]:
-  """The objective's per-example classification loss, if it has one."""
-  return getattr(objective, 'example_loss', None)
+  return objective.result_params(params, extra.get(STATE_KEY))
 
 
 def auxiliary_params(objective: Objective, params: Params,
                      extra: Optional[dict] = None) -> Optional[Params]:
   """What the run exports beside the model (e.g. MAE's decoder, DINO's heads), if anything."""
-  own = getattr(objective, 'result_auxiliary', None)
-  if own is not None and extra is not None:
-    return own(params, extra[STATE_KEY])
-  aux = getattr(objective, 'auxiliary_params', None)
-  return None if aux is None else aux(params)
+  if extra is None:
+    return objective.auxiliary_params(params)
+  return objective.result_auxiliary(params, extra.get(STATE_KEY))
 
 
 def check_views(objective: Objective, pp: ml_collections.ConfigDict) -> None:
   """One-line errors where a multi-crop objective cannot train on the views `pp` makes."""
-  check = getattr(objective, 'check_views', None)
-  if check is not None:  # objectives that train on multi-crop views (DINO)
-    check(pp.crop, view_counts.counts(pp) if view_counts.enabled(pp) else None)
+  objective.check_views(pp.crop, view_counts.counts(pp) if view_counts.enabled(pp)
+                        else None)
 
 
 def train_flops_per_image(objective: Objective, resolution: int,
-                          views: Optional[tuple[int, int, int]] = None) -> float:
-  """Analytic FLOPs of one training image (3x forward): the objective's, else the model's.
+                          views: Optional[objective_base.Views] = None) -> float:
+  """Analytic FLOPs of one training image (3x forward) at `resolution`.
 
   `views` = (global crops, local crops, local crop size) of multi-crop batches, whose
   objectives count each view (and a teacher's forward-only passes) themselves.
   """
-  multi = getattr(objective, 'train_flops_per_image', None)
-  if multi is not None:
-    return multi(resolution, views or (1, 0, 0))
-  own = getattr(objective, 'flops_per_image', None)
-  if own is None:
-    return flops.model_flops_per_image(objective.model, resolution, train=True)
-  return 3.0 * own(resolution)
+  return objective.train_flops_per_image(resolution, views or (1, 0, 0))

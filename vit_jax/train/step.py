@@ -47,7 +47,7 @@ def initial_extra(objective: objectives.Objective, params: Any,
                   init_extra: Optional[ExtraInit] = None) -> dict:
   """The extra slot for `params`: init_extra's entries plus the objective's own state."""
   extra = dict(init_extra(params)) if init_extra else {}
-  own = objectives.init_state(objective, params)
+  own = objective.init_state(params)
   if own is not None:
     extra[objectives.STATE_KEY] = own
   return extra
@@ -63,26 +63,20 @@ def make_train_step(objective: objectives.Objective, tx: optax.GradientTransform
   are averaged, which equals one step on the whole batch. Micro-batch j takes
   rows j, j + accum, ... so that each micro-batch stays spread over all devices.
   Metrics: train_loss, grad_norm, learning_rate (with a schedule) and the
-  objective's own metrics. A stateful objective (objectives.is_stateful) reads its
-  state in the loss and updates it after the optimizer update from the loss's
-  statistics (averaged over micro-batches); then `update_extra(extra, new params,
-  step)` runs (e.g. ema.make_update). Neither gets gradients or optimizer state.
+  objective's own metrics. A stateful objective (its init_state is in
+  extra[objectives.STATE_KEY]) reads its state in the loss and updates it after the
+  optimizer update from the loss's statistics (averaged over micro-batches); then
+  `update_extra(extra, new params, step)` runs (e.g. ema.make_update). Neither gets
+  gradients or optimizer state.
   """
   accum = accum_steps
-  stateful = objectives.is_stateful(objective)
-
-  def loss_fn(params, batch, rng, own, step):
-    if stateful:
-      return objective.stateful_loss(params, own, batch, rng, step)
-    loss, metrics = objective.loss(params, batch, rng)
-    return loss, (metrics, {})
-
-  value_and_grad = jax.value_and_grad(loss_fn, has_aux=True)
+  value_and_grad = jax.value_and_grad(objective.stateful_loss, has_aux=True)
 
   def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     rng = jax.random.fold_in(state.rng, state.step)
-    own = state.extra.get(objectives.STATE_KEY) if stateful else None
-    grad_fn = lambda p, b, r: value_and_grad(p, b, r, own, state.step)  # noqa: E731
+    stateful = objectives.STATE_KEY in state.extra
+    own = state.extra.get(objectives.STATE_KEY)
+    grad_fn = lambda p, b, r: value_and_grad(p, own, b, r, state.step)  # noqa: E731
     if accum == 1:
       (loss, (extra, stats)), grads = grad_fn(state.params, batch, rng)
     else:

@@ -13,7 +13,6 @@ import jax
 import ml_collections
 
 from vit_jax import evaluators
-from vit_jax.configs import base
 from vit_jax.data import catalog
 from vit_jax.data import pipeline
 from vit_jax.data import sources
@@ -69,15 +68,10 @@ def validate(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> Buil
 
 def _warn_unused_objective_options(config: ml_collections.ConfigDict) -> None:
   """One warning per option set for an objective the run does not use (a forgotten --config.objective?)."""
-  defaults = base.get_base_config().objectives
-  for name, options in config.get('objectives', {}).items():
-    if name == config.objective or name not in defaults:
-      continue
-    for key, value in options.items():
-      if key not in defaults[name] or defaults[name][key] != value:
-        logging.warning('config.objectives.%s.%s=%r is ignored: the run trains '
-                        'objective %r (set --config.objective=%s to use it).',
-                        name, key, value, config.objective, name)
+  for name, key, value in objectives.unused_options(config):
+    logging.warning('config.objectives.%s.%s=%r is ignored: the run trains '
+                    'objective %r (set --config.objective=%s to use it).',
+                    name, key, value, config.objective, name)
 
 
 def _warn_mask_rounding(config: ml_collections.ConfigDict, model: Any) -> None:
