@@ -13,13 +13,17 @@ import jax
 import ml_collections
 
 from vit_jax import evaluators
+from vit_jax import option_rules
 from vit_jax.configs import base
 from vit_jax.data import catalog
+from vit_jax.data import multicrop
 from vit_jax.data import pipeline
+from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.models import from_config
 from vit_jax.models import mae
 from vit_jax.models import masking
+from vit_jax.train import ema
 from vit_jax.train import objectives
 from vit_jax.train import precheck
 
@@ -64,6 +68,7 @@ def validate(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> Buil
   _warn_unused_objective_options(config)
   _warn_mask_rounding(config, model)
   evaluators.check(config)
+  _warn_options_without_effect(config)
   return Built(info=info, model=model, objective=objective, schedule=schedule, tx=tx)
 
 
@@ -78,6 +83,22 @@ def _warn_unused_objective_options(config: ml_collections.ConfigDict) -> None:
         logging.warning('config.objectives.%s.%s=%r is ignored: the run trains '
                         'objective %r (set --config.objective=%s to use it).',
                         name, key, value, config.objective, name)
+
+
+# Each section's "these options act only while that switch is on", declared by its owner.
+_OPTION_RULES = multicrop.OPTION_RULES + preprocess.OPTION_RULES + ema.OPTION_RULES
+
+
+def options_without_effect(config: ml_collections.ConfigDict) -> list[str]:
+  """One line per option set while a switch it needs is off (multicrop, mixup, EMA, evals)."""
+  defaults = base.get_base_config()
+  return (option_rules.unused(config, defaults, _OPTION_RULES) +
+          evaluators.base.unused_options(config, defaults.evals))
+
+
+def _warn_options_without_effect(config: ml_collections.ConfigDict) -> None:
+  for line in options_without_effect(config):
+    logging.warning('%s', line)
 
 
 def _warn_mask_rounding(config: ml_collections.ConfigDict, model: Any) -> None:
