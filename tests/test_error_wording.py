@@ -144,6 +144,20 @@ class ConfigArgumentTest(absltest.TestCase):
                          r"^config argument '.*': 1\) unknown model .*; 2\) config argument "
                          r"lr='0.05' is not in the cifar10 lr sweep")
 
+  def test_a_dataset_typo_joins_the_other_mistakes_of_the_argument(self):
+    self.assertEqual(_config_error('deit.py:s16,mnst5k'),
+                     "Unknown dataset 'mnst5k' (did you mean mnist5k or vtab_demo/mnist5k? all: "
+                     'python -m vit_jax.list datasets)')
+    self.assertEqual(
+        _config_error('deit.py:s61,mnst5k'),
+        "config argument 's61,mnst5k': 1) unknown model 's61' (did you mean s16 (ViT-S_16)? "
+        'all: python -m vit_jax.list); 2) unknown dataset \'mnst5k\' (did you mean mnist5k or '
+        'vtab_demo/mnist5k? all: python -m vit_jax.list datasets).')
+    for spec in ('vit.py:b16,cifar1o', 'augreg.py:B_16-i21k,cifar1o',
+                 'augreg_pretrain.py:s16,cifar1o,light1'):
+      with self.subTest(spec):
+        self.assertIn("nknown dataset 'cifar1o' (did you mean cifar10", _config_error(spec))
+
   def test_the_command_prints_one_short_line_and_creates_nothing(self):
     root = self.create_tempdir().full_path
     proc = commands.run(

@@ -2,21 +2,14 @@
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from vit_jax import configs
+from tests import tfds_testdata
 from vit_jax import option_rules
 from vit_jax.train import validate
 
 
 def _config(**changes):
-  """The base config with dotted keys changed, e.g. {'pp.mixup': 0.8}."""
-  c = configs.get_base_config()
-  for dotted, value in changes.items():
-    *parents, last = dotted.split('.')
-    node = c
-    for part in parents:
-      node = node[part]
-    node[last] = value
-  return c
+  """The tiny test config with dotted keys changed, e.g. {'pp.mixup': 0.8}."""
+  return tfds_testdata.config(**changes)
 
 
 class OptionsWithoutEffectTest(parameterized.TestCase):
