@@ -76,7 +76,7 @@ def check_dataset(name: str) -> str:
     pass  # raised below, without catalog's whole list as its context
   hint = errors.did_you_mean(name, catalog.known_names())
   raise ValueError(f'Unknown dataset {name!r} ({hint + " " if hint else ""}all: '
-                   'python -m vit_jax.list datasets)')
+                   'python -m vit_jax.list)')
 
 
 def check_arg(arg: str, *checks: Callable[[], Any]) -> list[Any]:
