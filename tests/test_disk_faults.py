@@ -6,8 +6,10 @@ the one line (cause, the intact checkpoint, the command that resumes), exit code
 the files already there are as they were, that no half-written checkpoint is left, and that
 the same command resumes once there is room.
 """
+import errno
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import tempfile
 from absl.testing import absltest
 
 from tests import commands
-from tests import tfds_testdata
+from vit_jax import fileio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_CONFIG = os.path.join(REPO, 'tests', 'tiny_train_config.py')
@@ -32,6 +34,52 @@ def _main(workdir, *extra, fsize=None):
   return commands.run([sys.executable, '-m', 'vit_jax.main', f'--config={TINY_CONFIG}',
                        f'--workdir={workdir}', *extra], cwd=REPO, env=_env(), fsize=fsize,
                       timeout=600)
+
+
+class WriteFaultTest(absltest.TestCase):
+
+  def test_the_cause_is_found_behind_the_libraries_errors(self):
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), '/w/metrics.jsonl')
+    self.assertEqual(fileio.write_fault(full, '/w'), 'the disk is full')
+    # orbax's tensorstore error keeps the errno in its text; TensorFlow's only the words.
+    orbax = ValueError('OUT_OF_RANGE: Error writing "opt_state" in OCDBT database at local '
+                       "file \"/w/checkpoints/6.orbax-checkpoint-tmp/\" [os_error_code='27']")
+    self.assertEqual(fileio.write_fault(orbax, '/w'), 'a file-size limit was reached (ulimit -f)')
+    try:
+      try:
+        raise OSError(errno.EDQUOT, 'quota')
+      except OSError as e:
+        raise RuntimeError('Failed to finalize writing of split "train"') from e
+    except RuntimeError as e:
+      self.assertEqual(fileio.write_fault(e, '/w'), 'the disk quota is used up')
+    # Refused rights count only under the directory written to; other errors never.
+    denied = PermissionError(errno.EACCES, 'Permission denied', '/data/images/1.jpg')
+    self.assertIsNone(fileio.write_fault(denied, '/w'))
+    denied.filename = '/w/config.json'
+    self.assertEqual(fileio.write_fault(denied, '/w'), 'permission denied')
+    self.assertIsNone(fileio.write_fault(ValueError('bad shape'), '/w'))
+    # An error raised `from None` has said what to say about the disk already.
+    try:
+      try:
+        raise full
+      except OSError:
+        raise ValueError('Could not prepare mnist5k: the disk is full') from None
+    except ValueError as e:
+      self.assertIsNone(fileio.write_fault(e, '/w'))
+
+  def test_a_failed_append_leaves_no_half_line(self):
+    path = os.path.join(self.create_tempdir().full_path, 'metrics.jsonl')
+    fileio.append_whole(path, '{"step": 2}\n')
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))  # Python ignores SIGXFSZ
+    try:
+      with self.assertRaises(OSError) as caught:
+        fileio.append_whole(path, '{"step": 4, "train_loss": 2.3}\n')
+    finally:
+      resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    self.assertEqual(caught.exception.errno, errno.EFBIG)
+    with open(path) as f:
+      self.assertEqual(f.read(), '{"step": 2}\n')
 
 
 class DiskFaultTest(absltest.TestCase):
