@@ -35,8 +35,9 @@ def get_config(arg: str = 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd
   filename = filename.removesuffix('.npz')
   dataset, lr = rest[0] if rest else 'cifar10', options.get('lr', '')
   # Every mistake of the argument at once, before any of it is applied.
-  name, _ = recipes.check_arg(arg, lambda: augreg_model(filename),
-                              lambda: lr and recipes.pick_lr(dataset, lr))
+  name, _, _ = recipes.check_arg(arg, lambda: augreg_model(filename),
+                                 lambda: recipes.check_dataset(dataset),
+                                 lambda: lr and recipes.pick_lr(dataset, lr))
   c = base.get_base_config()
   c.model_name = name
   recipes.apply_augreg_finetune(c, dataset, lr)

@@ -20,8 +20,9 @@ def get_config(arg: str = 'b16,imagenet2012,medium2'):
     raise ValueError(f'config argument {arg!r}: expected MODEL,DATASET,LEVEL[,reg=...]')
   model, dataset, level = positional
   # Every mistake of the argument at once, before any of it is applied.
-  name, _, reg = recipes.check_arg(arg, lambda: recipes.model_name(model),
-                                   lambda: recipes.check_augreg_level(level),
+  name, _, _, reg = recipes.check_arg(arg, lambda: recipes.model_name(model),
+                                      lambda: recipes.check_dataset(dataset),
+                                      lambda: recipes.check_augreg_level(level),
                                    lambda: recipes.check_augreg_reg(named.get('reg', 0.0)))
   c = base.get_base_config()
   c.model_name = name

@@ -14,7 +14,11 @@ from vit_jax.configs import recipes
 def get_config(arg: str = 's16,imagenet2012'):
   """Returns the DeiT config for 'MODEL,DATASET'."""
   (model, *rest), _ = recipes.split_arg(arg, options=())
+  dataset = rest[0] if rest else 'imagenet2012'
+  # Every mistake of the argument at once, before any of it is applied.
+  name, _ = recipes.check_arg(arg, lambda: recipes.model_name(model),
+                              lambda: recipes.check_dataset(dataset))
   c = base.get_base_config()
-  c.model_name = recipes.model_name(model)
-  recipes.apply_deit(c, rest[0] if rest else 'imagenet2012')
+  c.model_name = name
+  recipes.apply_deit(c, dataset)
   return c

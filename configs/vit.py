@@ -20,8 +20,9 @@ def get_config(arg: str = 'b16,cifar10'):
   (model, *rest), options = recipes.split_arg(arg)
   dataset, lr = rest[0] if rest else 'cifar10', options.get('lr', '')
   # Every mistake of the argument at once, before any of it is applied.
-  name, _ = recipes.check_arg(arg, lambda: recipes.model_name(model),
-                              lambda: lr and recipes.pick_lr(dataset, lr))
+  name, _, _ = recipes.check_arg(arg, lambda: recipes.model_name(model),
+                                 lambda: recipes.check_dataset(dataset),
+                                 lambda: lr and recipes.pick_lr(dataset, lr))
   c = base.get_base_config()
   c.model_name = name
   recipes.apply_finetune(c, dataset, lr)

@@ -12,6 +12,7 @@ import atexit
 import hashlib
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -60,6 +61,9 @@ for fd, path in ((1, request['stdout']), (2, request['stderr'])):
   out = os.open(path, os.O_WRONLY | os.O_TRUNC)
   os.dup2(out, fd)
   os.close(out)
+if request['fsize'] is not None:  # a file-size limit (ulimit -f); SIGXFSZ stays ignored
+  import resource
+  resource.setrlimit(resource.RLIMIT_FSIZE, (request['fsize'], request['fsize']))
 sys.argv = [request['module'], *request['args']]
 sys.path.insert(0, request['cwd'])  # as `python -m` does
 del importlib, json, line, null, out, fd, path, pid, request_in, reply_fd
@@ -132,7 +136,7 @@ def _the_server(env: dict) -> _Server:
 class Started:
   """A command forked by the server: what tests use of `subprocess.Popen`."""
 
-  def __init__(self, cmd: list, env: dict, cwd: str):
+  def __init__(self, cmd: list, env: dict, cwd: str, fsize: Optional[int] = None):
     self.args = cmd
     self.returncode: Optional[int] = None
     self._server = _the_server(env)
@@ -143,7 +147,8 @@ class Started:
     self._paths = {name: os.path.join(self._tmp.name, name) for name in ('stdout', 'stderr')}
     for path in self._paths.values():
       open(path, 'w').close()
-    request = dict(module=cmd[2], args=cmd[3:], env=env, cwd=os.path.abspath(cwd), **self._paths)
+    request = dict(module=cmd[2], args=cmd[3:], env=env, cwd=os.path.abspath(cwd), fsize=fsize,
+                   **self._paths)
     self._server.send(request)
     # The first reply comes once the libraries are imported (a new server) and the child forked.
     self.pid = self._server.reply(None)
@@ -215,15 +220,26 @@ def start(cmd: Sequence[str], *, env: Optional[dict] = None, cwd: Optional[str] 
   return Started(cmd, env, cwd or os.getcwd())
 
 
+def _limit_file_size(fsize: Optional[int]):
+  """A preexec_fn that sets RLIMIT_FSIZE (Python ignores SIGXFSZ: writes fail with EFBIG)."""
+  if fsize is None:
+    return None
+  return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+
 def run(cmd: Sequence[str], *, env: Optional[dict] = None, cwd: Optional[str] = None,
-        timeout: Optional[float] = None) -> subprocess.CompletedProcess:
-  """Runs `cmd` as `subprocess.run(cmd, capture_output=True, text=True)` would, faster."""
+        timeout: Optional[float] = None,
+        fsize: Optional[int] = None) -> subprocess.CompletedProcess:
+  """Runs `cmd` as `subprocess.run(cmd, capture_output=True, text=True)` would, faster.
+
+  `fsize`: the largest file in bytes the command may write (a file-size limit, ulimit -f).
+  """
   cmd = [str(part) for part in cmd]
   env = dict(os.environ if env is None else env)
   if not _served(cmd, env):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout, check=False)
-  started = Started(cmd, env, cwd or os.getcwd())
+                          timeout=timeout, check=False, preexec_fn=_limit_file_size(fsize))
+  started = Started(cmd, env, cwd or os.getcwd(), fsize)
   try:
     code = started.wait(timeout)
     return subprocess.CompletedProcess(cmd, code, *started.outputs())

@@ -11,8 +11,8 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Stages in data-flow order: each may import only itself and the ones before it.
 # configs follows train: the config schema is assembled from what the stages declare
 # (e.g. each objective's options, from its factory in vit_jax.train.objectives).
-STAGES = ('errors', 'fileio', 'rundir', 'models', 'parallel', 'data', 'inference',
-          'serving', 'evaluators', 'train', 'configs', 'perf', 'cli')
+STAGES = ('errors', 'fileio', 'rundir', 'option_rules', 'models', 'parallel', 'data',
+          'inference', 'serving', 'evaluators', 'train', 'configs', 'perf', 'cli')
 # vit_jax.checkpoint is the public face of the models stage's checkpoint formats.
 ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.

@@ -144,6 +144,45 @@ class ConfigArgumentTest(absltest.TestCase):
                          r"^config argument '.*': 1\) unknown model .*; 2\) config argument "
                          r"lr='0.05' is not in the cifar10 lr sweep")
 
+  def test_a_dataset_typo_joins_the_other_mistakes_of_the_argument(self):
+    self.assertEqual(_config_error('deit.py:s16,mnst5k'),
+                     "Unknown dataset 'mnst5k' (did you mean mnist5k or vtab_demo/mnist5k? all: "
+                     'python -m vit_jax.list)')
+    self.assertEqual(
+        _config_error('deit.py:s61,mnst5k'),
+        "config argument 's61,mnst5k': 1) unknown model 's61' (did you mean s16 (ViT-S_16)? "
+        'all: python -m vit_jax.list); 2) unknown dataset \'mnst5k\' (did you mean mnist5k or '
+        'vtab_demo/mnist5k? all: python -m vit_jax.list).')
+    for spec in ('vit.py:b16,cifar1o', 'augreg.py:B_16-i21k,cifar1o',
+                 'augreg_pretrain.py:s16,cifar1o,light1'):
+      with self.subTest(spec):
+        self.assertIn("nknown dataset 'cifar1o' (did you mean cifar10", _config_error(spec))
+
+  def test_every_known_mistake_is_one_line_under_200_characters(self):
+    root = self.create_tempdir().full_path
+    cases = [
+        # An unknown key does not hide a mistake of the argument, nor another unknown key.
+        (['--config=configs/deit.py:s61,mnist5k', '--config.foo=1'],
+         ["2 mistakes: 1) Unknown model 's61' (did you mean s16", "2) unknown config key 'foo'"]),
+        (['--config=configs/deit.py:s16,mnist5k', '--config.foo=1', '--config.batchh=3'],
+         ["1) unknown config key 'foo'", "2) unknown config key 'batchh' (did you mean batch"]),
+        (['--config=configs/deit.py:s61,mnst5k'], ["unknown dataset 'mnst5k'"]),
+        (['--config=configs/deit.py:s16,mnist5k', '--config.fooo=2'],
+         ["unknown config key 'fooo' (configs are locked"]),
+        (['--config=configs/augreg_pretrain.py:ViT-X_16,mnist5k,light9'],
+         ["unknown AugReg level 'light9'"]),
+    ]
+    for args, parts in cases:
+      with self.subTest(args):
+        proc = commands.run([sys.executable, '-m', 'vit_jax.main', *args,
+                             f'--workdir={root}/run'], env=_env(), cwd=REPO, timeout=300)
+        line = _one_line(self, proc)
+        # Two mistakes, each with its suggestion, as in the test below.
+        self.assertLess(len(line), SHORT + 40 if '2)' in line else SHORT, line)
+        for part in parts:
+          self.assertIn(part, line)
+    self.assertEqual(os.listdir(root), [])
+
   def test_the_command_prints_one_short_line_and_creates_nothing(self):
     root = self.create_tempdir().full_path
     proc = commands.run(

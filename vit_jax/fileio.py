@@ -2,8 +2,9 @@
 import contextlib
 import errno
 import os
+import re
 import tempfile
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 import uuid
 
 from etils import epath
@@ -34,6 +35,76 @@ def _write_problem(path: str, e: OSError) -> str:
             f'limit ({e.strerror}); free space, raise the limit (ulimit -f) or write '
             'somewhere else.')
   return f'Cannot write {path}: {e.strerror or e}.'
+
+
+# errno -> what the user is told when a write fails for want of room or rights.
+_FAULTS = {errno.ENOSPC: 'the disk is full', errno.EDQUOT: 'the disk quota is used up',
+           errno.EFBIG: 'a file-size limit was reached (ulimit -f)',
+           errno.EROFS: 'the file system is read-only',
+           errno.EACCES: 'permission denied', errno.EPERM: 'permission denied'}
+# Refused rights count only for a path the caller writes to: a read can be refused too.
+_RIGHTS = (errno.EACCES, errno.EPERM)
+# tensorstore (orbax) keeps the errno only in its message.
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+  """The error, the ones it was raised from or during, and those an ExceptionGroup holds."""
+  pending, seen = [error], set()
+  while pending:
+    e = pending.pop()
+    if e is None or id(e) in seen:
+      continue
+    seen.add(id(e))
+    yield e
+    # `raise ... from None` says the context is not the story: an error that already
+    # told the user about the disk.
+    context = None if e.__suppress_context__ else e.__context__
+    pending += [e.__cause__, context, *getattr(e, 'exceptions', ())]
+
+
+def _fault_errno(error: BaseException) -> Optional[int]:
+  if isinstance(error, OSError) and error.errno in _FAULTS:
+    return error.errno
+  text = str(error)
+  found = _OS_ERROR_CODE.search(text)
+  if found and int(found.group(1)) in _FAULTS:
+    return int(found.group(1))
+  # TensorFlow and TFDS keep only the system's words.
+  return next((code for code in _FAULTS if os.strerror(code) in text), None)
+
+
+def write_fault(error: BaseException, directory: str) -> Optional[str]:
+  """Why a write under `directory` failed ('the disk is full', ...), or None for other errors.
+
+  Looks through the chain of errors behind `error`: orbax, TFDS and TensorFlow wrap the
+  system's error in their own types.
+  """
+  root = os.fspath(directory).rstrip('/')
+  for e in _chain(error):
+    code = _fault_errno(e)
+    if code is None:
+      continue
+    named = f'{getattr(e, "filename", None) or ""} {e}'
+    if code not in _RIGHTS or root in named or os.path.abspath(root) in named:
+      return _FAULTS[code]
+  return None
+
+
+def append_whole(path: str, text: str) -> None:
+  """Appends `text` to a local file, or nothing: a failed write leaves no partial line."""
+  data = memoryview(text.encode())
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+  try:
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+      while data:
+        data = data[os.write(fd, data):]
+    except OSError:
+      os.ftruncate(fd, start)
+      raise
+  finally:
+    os.close(fd)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,9 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
+from vit_jax import configs
 from vit_jax import errors
+from vit_jax.configs import base
 from vit_jax.configs import experiments
 from vit_jax.configs import original_keys
 from vit_jax.parallel import host_memory
@@ -125,6 +127,7 @@ def parse_flags(argv: list[str]) -> list[str]:
       text = '\n'.join(f'{type(x).__name__}: {x}' for x in _chain(e))
       hinted = 'Did you mean' in text  # config_flags found a close key: name it
       message = (not hinted and _unknown_key(e, argv)) or _one_line(text)
+      message = _with_unknown_keys(message, argv)
   print(f'vit_jax: error: {message}', file=sys.stderr)
   sys.exit(2)
 
@@ -135,9 +138,46 @@ def _unknown_key(e: BaseException, argv: list[str]) -> Optional[str]:
   for arg in argv:
     override = re.match(r'--?config\.([\w.]+)', arg)
     if override and missing & set(override.group(1).split('.')):
-      return (f'unknown config key {override.group(1)!r} (configs are locked: '
-              'vit_jax/configs/base.py lists every key).')
+      return f'unknown config key {override.group(1)!r}{_LOCKED}.'
   return None
+
+
+_LOCKED = ' (configs are locked: vit_jax/configs/base.py lists every key)'
+
+
+def _keys(config: ml_collections.ConfigDict, prefix: str = '') -> set[str]:
+  """Every dotted key of a config, the sections' own included ('pp', 'pp.crop', ...)."""
+  out = set()
+  for key, value in config.items():
+    out.add(prefix + key)
+    if isinstance(value, ml_collections.ConfigDict):
+      out |= _keys(value, f'{prefix}{key}.')
+  return out
+
+
+def _with_unknown_keys(message: str, argv: list[str]) -> str:
+  """`message` plus every other --config.KEY override that names no key of the config.
+
+  The keys are the config file's (without overrides), or the base config's where the
+  file itself fails; so one mistake does not hide the others until the next try.
+  """
+  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), '')
+  try:
+    known = _keys(configs.load(spec))
+  except Exception:  # pylint: disable=broad-except  (the mistake `message` reports)
+    known = _keys(base.get_base_config())
+  others = []
+  for arg in argv:
+    override = re.match(r'--?config\.([\w.]+)', arg)
+    if not override or override.group(1) in known or repr(override.group(1)) in message:
+      continue
+    hint = errors.did_you_mean(override.group(1), sorted(known))
+    others.append(f'unknown config key {override.group(1)!r}' + (f' ({hint})' if hint else ''))
+  if not others:
+    return message
+  problems = [message.replace(_LOCKED, '').rstrip('.'), *others]
+  return (f'{len(problems)} mistakes: ' + '; '.join(
+      f'{i}) {p}' for i, p in enumerate(problems, 1)) + _LOCKED + '.')
 
 
 def _chain(e: BaseException) -> list[BaseException]:

@@ -67,6 +67,18 @@ def model_name(arg: str) -> str:
   return name
 
 
+def check_dataset(name: str) -> str:
+  """`name` if the trainer knows the dataset, else a short ValueError with the closest names."""
+  try:
+    catalog.check_name(name)
+    return name
+  except ValueError:
+    pass  # raised below, without catalog's whole list as its context
+  hint = errors.did_you_mean(name, catalog.known_names())
+  raise ValueError(f'Unknown dataset {name!r} ({hint + " " if hint else ""}all: '
+                   'python -m vit_jax.list)')
+
+
 def check_arg(arg: str, *checks: Callable[[], Any]) -> list[Any]:
   """The values of the checks of one config argument; all their mistakes in one ValueError.
 

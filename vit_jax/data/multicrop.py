@@ -17,6 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from vit_jax import option_rules
 from vit_jax.data import pp_registry
 from vit_jax.data import preprocess
 from vit_jax.data import view_counts
@@ -50,6 +51,17 @@ def _chain(text: str, pp) -> pp_registry.Chain:
   if not pp_registry.decodes_first(text, pp):
     text = 'decode|' + text
   return pp_registry.build(text, pp)
+
+
+_LOCAL = ('pp.multicrop.local_pp', 'pp.multicrop.local_crop', 'pp.multicrop.local_area')
+# What acts only with multi-crop views on, and local views only with some (option_rules).
+OPTION_RULES = (
+    option_rules.Rule(('pp.multicrop.global_pp',), lambda views: not views,
+                      ('pp.multicrop.local_crops', 'pp.multicrop.global_area') + _LOCAL,
+                      "set pp.multicrop.global_pp (e.g. ('dino_global1', 'dino_global2'))"),
+    option_rules.Rule(('pp.multicrop.local_crops',), lambda n: not n, _LOCAL,
+                      'set pp.multicrop.local_crops above 0'),
+)
 
 
 def check(pp) -> None:

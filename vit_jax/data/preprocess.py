@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 # The other op modules register their ops on import.
+from vit_jax import option_rules
 from vit_jax.data import augment  # pylint: disable=unused-import
 from vit_jax.data import pp_registry
 from vit_jax.data import randaug  # pylint: disable=unused-import
@@ -275,6 +276,13 @@ def cutmix_box(seed: tf.Tensor, alpha: float, size: int) -> tuple[tf.Tensor, tf.
   left, right = tf.maximum(cx - cut // 2, 0), tf.minimum(cx + cut // 2, size)
   weight = 1.0 - tf.cast((bottom - top) * (right - left), tf.float32) / float(size * size)
   return tf.stack([top, left, bottom - top, right - left]), weight
+
+
+# timm's switch between the two acts only when both draw (vit_jax.option_rules).
+OPTION_RULES = (
+    option_rules.Rule(('pp.mixup', 'pp.cutmix'), lambda mixup, cutmix: not (mixup and cutmix),
+                      ('pp.cutmix_switch_prob',), 'set both pp.mixup and pp.cutmix above 0'),
+)
 
 
 def mix_params(seed: tf.Tensor, pp) -> dict[str, tf.Tensor]:

@@ -189,6 +189,12 @@ def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = No
           cause = _local_cause(e)
           if cause is not None:
             raise cause from None
+        fault = fileio.write_fault(e, root)
+        if fault is not None:  # no download advice: the disk, not the source, failed
+          raise PrepareError(
+              f'Could not prepare {spec.tfds_name} into {root}: {fault}; make room there '
+              '(or set config.data_dir to another disk) and run the same command again'
+          ) from None
         raise PrepareError(
             f'Could not prepare {spec.tfds_name} into {root}: {errors.first_line(e)}. '
             f'Prepare it where the network reaches its source (tfds build '

@@ -13,6 +13,8 @@ import flax.linen as nn
 import jax
 import ml_collections
 
+from vit_jax import option_rules
+
 Params = Any
 
 
@@ -28,6 +30,11 @@ class Context:
 
 class Evaluator:
   """Base class: `run(params) -> metrics`; `check` validates options before a run starts."""
+
+  # The options of config.evals.<name> this type reads (beside `type` and `every`), and
+  # those it reads only while another of its options says so (vit_jax.option_rules).
+  OPTIONS: tuple[str, ...] = ()
+  OPTION_RULES: tuple[option_rules.Rule, ...] = ()
 
   def __init__(self, name: str, options: ml_collections.ConfigDict, context: Context):
     self.name = name
@@ -69,6 +76,28 @@ def check(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f'config.evals.{name}.every={every!r}: use an integer (> 0: '
                        'every that many steps, 0: at the end, < 0: never).')
     EVALUATORS[kind].check(name, options, config)
+
+
+def unused_options(config: ml_collections.ConfigDict,
+                   defaults: ml_collections.ConfigDict) -> list[str]:
+  """One line per option of an enabled evaluator that its type does not read.
+
+  `defaults`: the base config's evals (an option left as it is there is not named).
+  """
+  lines = []
+  for name, options in _enabled(config):
+    kind = options.get('type', name)
+    cls = EVALUATORS[kind]
+    base_options = defaults.get(name, {})
+    for key, value in options.items():
+      if (key in ('type', 'every') or key in cls.OPTIONS or
+          option_rules.same(value, base_options.get(key))):
+        continue
+      lines.append(f'config.evals.{name}.{key}={value!r} has no effect: evaluators of type '
+                   f'{kind!r} read only {", ".join(cls.OPTIONS) or "type and every"}.')
+    lines += option_rules.unused(options, base_options, cls.OPTION_RULES,
+                                 prefix=f'config.evals.{name}')
+  return lines
 
 
 @dataclasses.dataclass

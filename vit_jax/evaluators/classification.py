@@ -108,6 +108,8 @@ def _naming(key: str, error: Exception) -> Exception:
 class Classification(base.Evaluator):
   """Top-1 accuracy and mean loss of the model's head on one split (ReaL: label sets)."""
 
+  OPTIONS = DATA_OPTIONS
+
   @classmethod
   def check(cls, name: str, options: ml_collections.ConfigDict,
             config: ml_collections.ConfigDict) -> None:

@@ -432,6 +432,8 @@ def _block_outputs(model: nn.Module, params: Mapping[str, Any],
 class FeatureProbe(base.Evaluator):
   """Shared part of the whole-split probes: datasets opened once, features of both splits."""
 
+  OPTIONS = ('datasets', 'resolution')
+
   def __init__(self, name: str, options: ml_collections.ConfigDict,
                context: base.Context):
     super().__init__(name, options, context)

@@ -134,6 +134,8 @@ def metric_name(prefix: str, dataset: str, shots: int) -> str:
 class FewShot(base.Evaluator):
   """Few-shot linear probes of the model's pre-logits features on several datasets."""
 
+  OPTIONS = ('datasets', 'shots', 'seeds', 'resolution', 'l2_regs', 'val_per_class')
+
   @classmethod
   def check(cls, name: str, options: ml_collections.ConfigDict,
             config: ml_collections.ConfigDict) -> None:

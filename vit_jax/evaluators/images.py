@@ -18,6 +18,8 @@ from vit_jax.parallel import sharding
 class Images(base.Evaluator):
   """summary_images of the model on a few evaluation images."""
 
+  OPTIONS = ('count',)
+
   @classmethod
   def check(cls, name: str, options: ml_collections.ConfigDict,
             config: ml_collections.ConfigDict) -> None:

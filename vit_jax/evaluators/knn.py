@@ -112,6 +112,8 @@ def check_options(name: str, options: ml_collections.ConfigDict,
 class KNN(features.FeatureProbe):
   """Weighted k-NN top-1 (and top-5) accuracy of the frozen features on each dataset."""
 
+  OPTIONS = features.FeatureProbe.OPTIONS + ('k', 'temperature', 'chunk')
+
   @classmethod
   def check(cls, name: str, options: ml_collections.ConfigDict,
             config: ml_collections.ConfigDict) -> None:

@@ -29,6 +29,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from vit_jax import option_rules
 from vit_jax.evaluators import base
 from vit_jax.evaluators import features
 from vit_jax.evaluators import linear_protocols
@@ -137,6 +138,16 @@ def linear_probe_accuracy(train: tuple[np.ndarray, np.ndarray],
 
 class LinearProbe(features.FeatureProbe):
   """Top-1 accuracy of a linear classifier on the frozen features of each dataset."""
+
+  _LBFGS = ('weight_decays', 'steps', 'val_fraction')
+  _STREAMING = tuple(sorted({k for p in linear_protocols.PROTOCOLS.values() for k in p}))
+  OPTIONS = (features.FeatureProbe.OPTIONS + ('protocol', 'seed') + _LBFGS + _STREAMING)
+  OPTION_RULES = (
+      option_rules.Rule(('protocol',), lambda p: linear_protocols.protocol_of(
+          {'protocol': p}) == 'lbfgs', _STREAMING, "set protocol to 'dino' or 'mae'"),
+      option_rules.Rule(('protocol',), lambda p: linear_protocols.protocol_of(
+          {'protocol': p}) != 'lbfgs', _LBFGS, "set protocol to 'lbfgs'"),
+  )
 
   def __init__(self, name: str, options: ml_collections.ConfigDict,
                context: base.Context):

@@ -8,6 +8,7 @@ WORKDIR/checkpoints_corrupt/STEP-REASON (never deleted) with one warning each.
 import dataclasses
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Optional
@@ -24,6 +25,9 @@ from vit_jax.train import integrity
 
 CHECKPOINT_DIR = rundir.CHECKPOINT_DIR
 CORRUPT_DIR = 'checkpoints_corrupt'
+# What orbax writes a step into before renaming it to STEP (local file systems).
+HALF_WRITTEN_SUFFIX = '.orbax-checkpoint-tmp'
+_HALF_WRITTEN = re.compile(r'^\d+' + re.escape(HALF_WRITTEN_SUFFIX))
 
 
 class CheckpointMismatchError(ValueError):
@@ -68,6 +72,15 @@ def _kind(why: str) -> str:
     if word in why:
       return kind
   return 'restore'
+
+
+def _join_orbax_threads(timeout_s: float = 30.0) -> None:
+  """Waits (a bounded time) for the threads orbax started, e.g. the writes of a failed save."""
+  deadline = time.time() + timeout_s
+  for thread in threading.enumerate():
+    if (type(thread).__module__.startswith('orbax.') and
+        thread is not threading.current_thread()):
+      thread.join(max(deadline - time.time(), 0))
 
 
 class StateCheckpointer:
@@ -269,6 +282,28 @@ class StateCheckpointer:
     for sealer in self._sealers:  # one may be writing a manifest it claimed
       sealer.join()
     self._sealers = [s for s in self._sealers if s.is_alive()]
+
+  def last_good(self) -> str:
+    """'checkpoint N is intact' (the newest committed step) or that none was written yet."""
+    root = epath.Path(self.directory)
+    steps = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.exists() else []
+    steps = [s for s in steps if self._committed(s)]
+    if not steps:
+      return 'no checkpoint was written yet'
+    return f'checkpoint {max(steps)} is intact'
+
+  def close_after_fault(self) -> None:
+    """Closes after a failed write: the half-written step is removed, committed ones stay."""
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except  (the failed save's own error, reported)
+      logging.debug('closing %s after a failed write', self.directory, exc_info=True)
+    _join_orbax_threads()  # the step's other writes may still run after the first failed
+    root = epath.Path(self.directory)
+    if jax.process_index() == 0 and root.exists():
+      for path in root.iterdir():
+        if _HALF_WRITTEN.match(path.name):
+          path.rmtree()
 
   def close(self) -> None:
     """Finishes pending saves, seals them and releases orbax's threads (idempotent)."""

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax import option_rules
 from vit_jax import rundir
 
 KEY = 'ema'
@@ -23,6 +24,13 @@ PARAMS_FILE = rundir.EMA_PARAMS_FILE
 SUFFIX = '_ema'
 
 Extra = dict[str, Any]
+
+
+# Options that act only with a weight EMA (vit_jax.option_rules).
+OPTION_RULES = (
+    option_rules.Rule(('ema_decay',), lambda decay: not decay, ('ema_eval',),
+                      "set ema_decay (timm's 0.9998)"),
+)
 
 
 def enabled(config: ml_collections.ConfigDict) -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 
 from vit_jax import checkpoint
 from vit_jax import evaluators
+from vit_jax import fileio
 from vit_jax import models
 from vit_jax import rundir
 from vit_jax.data import pipeline
@@ -51,6 +52,14 @@ class NonFiniteError(RuntimeError):
   """Raised when the loss or the gradients stop being finite."""
 
 
+class WriteFault(OSError):
+  """The run could not write to its workdir (full disk, size limit, rights); nothing was lost."""
+
+  def __init__(self, problem: str):
+    self.problem = problem  # what happened and what is intact, without what to do
+    super().__init__(f'{problem}; make room, then run the same command again to resume.')
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        devices: Optional[list] = None) -> dict:
   """Trains (resuming from workdir if it holds checkpoints) and returns final metrics.
@@ -73,6 +82,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         return final_metrics(workdir, config.total_steps)
       return _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
                     changes, undo.started)
+    except Exception as e:  # pylint: disable=broad-except  (orbax, TF and OS errors alike)
+      fault = fileio.write_fault(e, workdir)
+      if fault is None:
+        raise
+      ckpt.close_after_fault()
+      raise WriteFault(f'Could not write to {workdir}: {fault}; {ckpt.last_good()} and '
+                       'nothing half-written is left') from e
     finally:
       ckpt.close()  # also on errors: orbax's threads must not outlive the run
 

@@ -41,8 +41,7 @@ class JsonlWriter(metric_writers.MetricWriter):
     record.update({k: _to_python(v) for k, v in scalars.items()})
     line = json.dumps(record)
     if self._lines is None:
-      with open(self._path, 'a') as f:
-        f.write(line + '\n')
+      fileio.append_whole(self._path, line + '\n')  # a full disk leaves no half line
     else:
       self._lines.append(line)
       epath.Path(self._path).write_text('\n'.join(self._lines) + '\n')

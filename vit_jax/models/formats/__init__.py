@@ -129,7 +129,8 @@ def read(path: str, *, model: Optional[str] = None,
   fmt = detect.detect_format(path)
   extras = dict(options)
   if fmt == 'npz':
-    params = npz.load(path)
+    params, extras = npz.load_with_options(path)
+    extras.update(options)
   elif fmt == 'hf':
     params, extras = _read_hf(path, exact_gelu)
     extras.update(options)
@@ -188,7 +189,8 @@ def write(params: Mapping[str, Any], path: str, *, to_format: Optional[str] = No
 
   `drop_head` leaves out the head(s) and the pre-logits layer (the backbone only).
   `options` are the model's fields the tree does not hold (activation,
-  layer_norm_epsilon), which a transformers config.json records.
+  layer_norm_epsilon, ...), which a transformers config.json records and an .npz
+  keeps in its model record (npz.MODEL_RECORD).
   Everything is converted before anything is written; files appear atomically.
   """
   path = os.fspath(path)
@@ -201,8 +203,9 @@ def write(params: Mapping[str, Any], path: str, *, to_format: Optional[str] = No
       params.pop('pre_logits', None)
   # Refuses trees that are no vit_jax model before anything is written.
   arch.architecture(params, f'Parameters to write to {path}')
-  if fmt == 'npz':
-    npz.save(params, path)
+  if fmt == 'npz':  # the options the layout lacks ride along in a record
+    npz.save(params, path, {k: v for k, v in (options or {}).items()
+                            if k in timm.OPTION_KEYS})
   elif fmt == 'timm':
     state = timm.from_params(params, path)
     files.check_writable_file(path)

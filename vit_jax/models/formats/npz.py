@@ -9,8 +9,9 @@ because the original vit_jax loader and timm's `_load_weights` read exactly thos
 Local and remote (gs://) paths go through etils.epath.
 """
 import io
+import json
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 import zipfile
 import zlib
 
@@ -27,6 +28,12 @@ _ZIP_MAGICS = (b'PK\x03\x04', b'PK\x05\x06')
 _NPY_MAGIC = b'\x93NUMPY'
 _NUMBERED = re.compile(r'^(.*)_(\d+)$')
 _GROUPNORM = re.compile(r'^gn(\d+|_root|_proj)$')
+# The model options the tree does not show (activation, LayerNorm epsilon, ...), as JSON
+# bytes under a key no parameter path has: the original loader and timm's read only the
+# parameters' names and pass it by.
+MODEL_RECORD = '__vit_jax_model__'
+# What the record may hold: JSON values of the options a format may lack.
+_RECORDED = (str, int, float, bool, type(None))
 
 
 def first_line(e: BaseException) -> str:
@@ -189,9 +196,28 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
 
 def load(path: str) -> Params:
   """Reads an .npz checkpoint (local or gs://) into a Linen-named nested dict."""
+  return load_with_options(path)[0]
+
+
+def load_with_options(path: str) -> tuple[Params, dict[str, Any]]:
+  """(params, the model options recorded beside them by `save`, {} for other files)."""
   path = str(path)
-  flat = _fix_groupnorm(_read_npz(path))
-  return _to_linen_names(unflatten(flat, path))
+  arrays = _read_npz(path)
+  record = arrays.pop(MODEL_RECORD, None)
+  if not arrays:
+    raise ValueError(f'Checkpoint {path} holds no arrays; it is not a parameter '
+                     'checkpoint.')
+  options = {}
+  if record is not None:
+    try:
+      options = json.loads(record.astype(np.uint8).tobytes().decode())
+    except (UnicodeDecodeError, ValueError) as e:
+      raise ValueError(f'Checkpoint {path} has a damaged {MODEL_RECORD} record '
+                       f'({first_line(e)}); write it again.') from None
+    if not isinstance(options, dict):
+      raise ValueError(f'Checkpoint {path} has a damaged {MODEL_RECORD} record (not an '
+                       'object); write it again.')
+  return _to_linen_names(unflatten(_fix_groupnorm(arrays), path)), options
 
 
 def _as_numpy(path: str, value: Any) -> np.ndarray:
@@ -212,8 +238,13 @@ def _as_numpy(path: str, value: Any) -> np.ndarray:
   return array
 
 
-def save(params: Mapping[str, Any], path: str) -> None:
-  """Writes `params` (variables['params']) as .npz in the published layout, atomically."""
+def save(params: Mapping[str, Any], path: str,
+         options: Optional[Mapping[str, Any]] = None) -> None:
+  """Writes `params` (variables['params']) as .npz in the published layout, atomically.
+
+  `options`: model fields the tree does not show (activation, layer_norm_epsilon, ...),
+  kept in the MODEL_RECORD entry, which `load_with_options` gives back.
+  """
   path = str(path)
   if not isinstance(params, Mapping) or not params:
     raise ValueError(f'save({path!r}): params must be a non-empty nested dict of '
@@ -230,6 +261,14 @@ def save(params: Mapping[str, Any], path: str) -> None:
     if target.is_dir():
       raise IsADirectoryError(f'Cannot save checkpoint {path}: it is a directory; '
                               'pass a file name ending in .npz.')
+  arrays = _to_published_names(flat)
+  if options:
+    bad = sorted(k for k, v in options.items() if not isinstance(v, _RECORDED))
+    if bad:
+      raise TypeError(f'save({path!r}): option {bad[0]}={options[bad[0]]!r} is not a '
+                      'string, number or bool; it cannot be recorded.')
+    arrays[MODEL_RECORD] = np.frombuffer(
+        json.dumps(dict(sorted(options.items()))).encode(), np.uint8)
   buffer = io.BytesIO()
-  np.savez(buffer, **_to_published_names(flat))
+  np.savez(buffer, **arrays)
   fileio.atomic_write(path, buffer.getvalue())
