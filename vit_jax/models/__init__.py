@@ -36,6 +36,7 @@ for _family in (vit.FAMILY, mixer.FAMILY):
 
 MODEL_CONFIGS = families.MODEL_CONFIGS
 register_family = families.register
+config_section = families.config_section
 
 
 def resolve_dtype(dtype: Any, backend: str = '') -> Any:
