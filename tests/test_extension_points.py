@@ -29,6 +29,7 @@ from vit_jax.data import pipeline
 from vit_jax.data import pp_registry
 from vit_jax.models import families
 from vit_jax.models import flops
+from vit_jax.models import formats
 from vit_jax.parallel import sharding
 from vit_jax.train import loop
 from vit_jax.train import objectives
@@ -82,6 +83,15 @@ class PatchMLPFamily(families.Family):
 
   def patch_tokens(self, model, params):
     return None if 'pool' not in params else int(params['pool'].shape[0])
+
+  def owns(self, params):  # what the checkpoint formats ask
+    return 'pool' in params
+
+  def architecture(self, params, source):
+    pixels, width = params['embed']['kernel'].shape
+    head = params.get('head')
+    return {'patches': {'size': (int((pixels // 3)**0.5),) * 2}, 'toy_width': int(width),
+            'num_classes': 0 if head is None else int(head['kernel'].shape[1])}
 
 
 TOY_FAMILY = PatchMLPFamily()
@@ -171,6 +181,14 @@ class ExtensionTest(absltest.TestCase):
         loaded, [], self.create_tempdir().full_path), [])
     with self.assertRaisesRegex(ValueError, 'no position embeddings to interpolate'):
       load.load_model('PatchMLP-7', path, resolution=35)
+    # convert reads the tree through the family (its preset found) and writes containers,
+    # not the ViT family's conversions.
+    copy = os.path.join(self.create_tempdir().full_path, 'copy.npz')
+    read, written = formats.convert(path, copy)
+    self.assertEqual((read.model_name, read.overrides['num_classes'], written),
+                     ('PatchMLP-7', 10, 'npz'))
+    with self.assertRaisesRegex(ValueError, 'patch_mlp family has no timm conversion'):
+      formats.convert(path, os.path.join(self.create_tempdir().full_path, 'x.safetensors'))
     # A ViT-only option set for the toy model is an error, not silently dropped.
     config.model.attention = 'xla'
     with self.assertRaisesRegex(ValueError, r"config.model.attention='xla' does not "

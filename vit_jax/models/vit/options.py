@@ -12,11 +12,11 @@ need nothing.
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+from vit_jax.models import families
 from vit_jax.models import fp8
 from vit_jax.models.vit import layers
 
-# config.model's "not set": the preset's value (or the module's default).
-UNSET = None
+UNSET = families.UNSET  # config.model's one "not set": the preset's value
 
 Allowed = Union[Sequence[Any], Callable[[], Sequence[Any]], None]
 
