@@ -17,7 +17,6 @@ from vit_jax import checkpoint
 from vit_jax import rundir
 from vit_jax.train import checkpointer
 from vit_jax.parallel import distributed
-from vit_jax.train import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The quickstart, one encoder block deep, 6 steps; constant rate after warm-up so that a

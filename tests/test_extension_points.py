@@ -166,7 +166,7 @@ class ExtensionTest(absltest.TestCase):
       del config.model[key]  # the tiny ViT's overrides; the toy preset has its own
     result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertBetween(result['accuracy_test'], 0.0, 1.0)
-    # The published-format export and the FLOP count come from the family record.
+    # The published-format export and the FLOP count come from the family.
     path = os.path.join(workdir, rundir.PARAMS_FILE)
     self.assertEqual(set(checkpoint.load(path)), {'embed', 'pool', 'head'})
     self.assertEqual(flops.model_flops_per_image('PatchMLP-7', 28, train=False,

@@ -24,6 +24,7 @@ from vit_jax import models
 from vit_jax.inference import load
 from vit_jax.models import families
 from vit_jax.models import formats
+from vit_jax.models import from_config
 from vit_jax.models.formats import npz
 from vit_jax.models import vit
 from vit_jax.models.vit import layers
@@ -97,6 +98,15 @@ class OptionsTest(absltest.TestCase):
     section = configs.get_base_config().model
     markers = {v for k, v in section.items() if options.BY_NAME[k].config is None}
     self.assertEqual(markers, {None})
+    self.assertEqual(from_config.model_kwargs('testing', section, num_classes=7),
+                     {k: v for k, v in section.items() if v is not None} | {'num_classes': 7})
+
+  def test_the_markers_of_older_runs_still_mean_unset(self):
+    old = {'num_classes': -1, 'representation_size': -1, 'dropout_rate': -1.0,
+           'classifier': '', 'layer_scale': -1.0, 'activation': '', 'qk_norm': None,
+           'dtype': 'auto'}  # a config.json written before UNSET
+    self.assertEqual(from_config.model_kwargs('testing', old, num_classes=7),
+                     {'num_classes': 7, 'dtype': 'auto'})
 
 
 class ToyNormTest(absltest.TestCase):

@@ -69,7 +69,7 @@ class MlpMixer(nn.Module):
 
 
 # ----------------------------------------------------------------------------
-# The family record (vit_jax.models.families).
+# The family (vit_jax.models.families): what the rest of the package asks about a Mixer.
 
 _TOKEN_MIXING = ('MixerBlock_0', 'token_mixing', 'Dense_0', 'kernel')
 

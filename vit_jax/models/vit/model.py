@@ -7,7 +7,7 @@ hands one block function down). Every default is the published ViT: its paramete
 and logits do not change.
 
 Tokens are [class?, distillation?, registers..., patches] (prefix tokens first;
-`tree.num_prefix_tokens(model)` counts them, as timm's `num_prefix_tokens`).
+`num_prefix_tokens(model)` below counts them, as timm's `num_prefix_tokens`).
 """
 import dataclasses
 from typing import Any, Mapping, Optional
