@@ -44,7 +44,6 @@ EXTRAS_REQUIRE = {
     'gpu': ['jax[cuda12]'],      # NVIDIA driver for CUDA 12
     'cuda13': ['jax[cuda13]'],   # NVIDIA driver for CUDA 13
     'tpu': ['jax[tpu]'],
-    'viz': [],  # matplotlib is a core requirement now; kept so old commands still work
     # The site in docs/ (sphinx-build -W docs docs/_build); the notebook is shown, not run.
     'docs': ['sphinx>=7', 'myst-parser', 'myst-nb', 'sphinx-book-theme'],
 }

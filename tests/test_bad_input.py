@@ -224,7 +224,7 @@ class ConvertTest(absltest.TestCase):
     before = commands.digest(self.root)
     with self.assertRaisesRegex(ValueError, 'would replace a file of --from'):
       formats.convert(hf_dir, os.path.join(hf_dir, 'model.safetensors'),
-                      model=None, to_format='timm', exact_gelu='accept')
+                      model=None, to_format='timm')
     self.assertEqual(commands.digest(self.root), before)
 
   def test_damaged_tensors_are_refused_on_every_read_path(self):

@@ -14,9 +14,9 @@ import numpy as np
 
 from tests import tfds_testdata
 from vit_jax import checkpoint
+from vit_jax import rundir
 from vit_jax.train import checkpointer
 from vit_jax.parallel import distributed
-from vit_jax.train import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The quickstart, one encoder block deep, 6 steps; constant rate after warm-up so that a
@@ -158,7 +158,7 @@ class MultiProcessTest(absltest.TestCase):
     _launch(1, 4, cls.one_by_four, cls.cache)
     cls.two_by_two_log = _launch(2, 2, cls.two_by_two, cls.cache)
     cls.losses = _losses(cls.one_by_four)
-    cls.params = checkpoint.load(os.path.join(cls.one_by_four, loop.PARAMS_FILE))
+    cls.params = checkpoint.load(os.path.join(cls.one_by_four, rundir.PARAMS_FILE))
 
   @classmethod
   def tearDownClass(cls):
@@ -170,7 +170,7 @@ class MultiProcessTest(absltest.TestCase):
     self.assertEqual(sorted(losses), list(steps))
     np.testing.assert_allclose([losses[s] for s in steps],
                                [self.losses[s] for s in steps], rtol=1e-5)
-    params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+    params = checkpoint.load(os.path.join(workdir, rundir.PARAMS_FILE))
     self.assertEqual(jax.tree.structure(params), jax.tree.structure(self.params))
     for path, a in jax.tree_util.tree_leaves_with_path(params):
       b = _leaf(self.params, path)

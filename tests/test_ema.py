@@ -11,6 +11,7 @@ import orbax.checkpoint as ocp
 from tests import test_train
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.configs import base
 from vit_jax.inference import curves
 from vit_jax.parallel import sharding
@@ -117,7 +118,7 @@ class TrainerTest(absltest.TestCase):
     records = curves.read_metrics(self.workdir)
     self.assertEqual([r['step'] for r in records if 'loss_test_ema' in r], [4, 8])
     params = checkpoint.load(os.path.join(self.workdir, 'params.npz'))
-    averaged = checkpoint.load(os.path.join(self.workdir, ema.PARAMS_FILE))
+    averaged = checkpoint.load(os.path.join(self.workdir, rundir.EMA_PARAMS_FILE))
     self.assertEqual(jax.tree.structure(params), jax.tree.structure(averaged))
     self.assertFalse(all(np.array_equal(a, b) for a, b in
                          zip(jax.tree.leaves(params), jax.tree.leaves(averaged))))
@@ -127,10 +128,10 @@ class TrainerTest(absltest.TestCase):
     workdir = self.create_tempdir().full_path
     shutil.copytree(self.workdir, workdir, dirs_exist_ok=True)
     shutil.rmtree(os.path.join(workdir, 'checkpoints', '8'))
-    for name in ('params.npz', ema.PARAMS_FILE):
+    for name in ('params.npz', rundir.EMA_PARAMS_FILE):
       os.remove(os.path.join(workdir, name))
     loop.train_and_evaluate(self.config, workdir, devices=jax.devices()[:1])
-    for name in ('params.npz', ema.PARAMS_FILE):
+    for name in ('params.npz', rundir.EMA_PARAMS_FILE):
       test_train.assert_trees_equal(
           self, checkpoint.load(os.path.join(workdir, name)),
           checkpoint.load(os.path.join(self.workdir, name)))

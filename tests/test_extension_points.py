@@ -22,12 +22,14 @@ from tests import test_train
 from vit_jax import checkpoint
 from vit_jax import evaluators
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.inference import figures
 from vit_jax.inference import load
 from vit_jax.data import pipeline
 from vit_jax.data import pp_registry
 from vit_jax.models import families
 from vit_jax.models import flops
+from vit_jax.models import formats
 from vit_jax.parallel import sharding
 from vit_jax.train import loop
 from vit_jax.train import objectives
@@ -67,12 +69,32 @@ def _toy_flops(c, res, num_classes):
   return 2.0 * tokens * p * p * 3 * c['toy_width'] + 2.0 * c['toy_width'] * num_classes
 
 
-TOY_FAMILY = families.Family(
-    name='patch_mlp', module=PatchMLP, signature=('toy_width',),
-    options={'num_classes': families.KEEP, 'dtype': 'auto'},
-    forward_flops=_toy_flops, width=lambda c: c['toy_width'],
-    patch_tokens=lambda model, params: (
-        None if 'pool' not in params else int(params['pool'].shape[0])))
+class PatchMLPFamily(families.Family):
+  """The toy family: its module, FLOPs, width and token count; the rest is the default."""
+  name = 'patch_mlp'
+  module = PatchMLP
+  signature = ('toy_width',)
+
+  def forward_flops(self, fields, res, num_classes):
+    return _toy_flops(fields, res, num_classes)
+
+  def width(self, fields):
+    return fields['toy_width']
+
+  def patch_tokens(self, model, params):
+    return None if 'pool' not in params else int(params['pool'].shape[0])
+
+  def owns(self, params):  # what the checkpoint formats ask
+    return 'pool' in params
+
+  def architecture(self, params, source):
+    pixels, width = params['embed']['kernel'].shape
+    head = params.get('head')
+    return {'patches': {'size': (int((pixels // 3)**0.5),) * 2}, 'toy_width': int(width),
+            'num_classes': 0 if head is None else int(head['kernel'].shape[1])}
+
+
+TOY_FAMILY = PatchMLPFamily()
 
 
 def _register_toy_family(test: absltest.TestCase) -> None:
@@ -138,8 +160,8 @@ class ExtensionTest(absltest.TestCase):
       del config.model[key]  # the tiny ViT's overrides; the toy preset has its own
     result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertBetween(result['accuracy_test'], 0.0, 1.0)
-    # The published-format export and the FLOP count come from the family record.
-    path = os.path.join(workdir, loop.PARAMS_FILE)
+    # The published-format export and the FLOP count come from the family.
+    path = os.path.join(workdir, rundir.PARAMS_FILE)
     self.assertEqual(set(checkpoint.load(path)), {'embed', 'pool', 'head'})
     self.assertEqual(flops.model_flops_per_image('PatchMLP-7', 28, train=False,
                                                  num_classes=10),
@@ -153,6 +175,14 @@ class ExtensionTest(absltest.TestCase):
         loaded, [], self.create_tempdir().full_path), [])
     with self.assertRaisesRegex(ValueError, 'no position embeddings to interpolate'):
       load.load_model('PatchMLP-7', path, resolution=35)
+    # convert reads the tree through the family (its preset found) and writes containers,
+    # not the ViT family's conversions.
+    copy = os.path.join(self.create_tempdir().full_path, 'copy.npz')
+    read, written = formats.convert(path, copy)
+    self.assertEqual((read.model_name, read.overrides['num_classes'], written),
+                     ('PatchMLP-7', 10, 'npz'))
+    with self.assertRaisesRegex(ValueError, 'patch_mlp family has no timm conversion'):
+      formats.convert(path, os.path.join(self.create_tempdir().full_path, 'x.safetensors'))
     # A ViT-only option set for the toy model is an error, not silently dropped.
     config.model.attention = 'xla'
     with self.assertRaisesRegex(ValueError, r"config.model.attention='xla' does not "
@@ -170,7 +200,7 @@ class ExtensionTest(absltest.TestCase):
     records = writers.read_metrics(workdir)
     self.assertEqual([r['step'] for r in records if 'weights/norm' in r], [3, 6, 8])
     self.assertEqual([r['step'] for r in records if 'accuracy_test' in r], [4, 8])
-    params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+    params = checkpoint.load(os.path.join(workdir, rundir.PARAMS_FILE))
     self.assertAlmostEqual(_metrics(workdir, 'weights/norm')[-1],
                            2.0 * float(optax.tree.norm(params)), places=3)
     config.evals.weights.type = 'param_nrom'
@@ -188,7 +218,7 @@ class ExtensionTest(absltest.TestCase):
     self.assertTrue(np.all(np.isfinite(losses)))
     # The state is optax.adabelief's, behind the clipping; its options arrived.
     tx = optimizers.make(config, schedules.make(config))
-    params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+    params = checkpoint.load(os.path.join(workdir, rundir.PARAMS_FILE))
     states = jax.tree.leaves(tx.init(params), is_leaf=lambda x: isinstance(
         x, optax.ScaleByBeliefState))
     self.assertTrue(any(isinstance(x, optax.ScaleByBeliefState) for x in states))

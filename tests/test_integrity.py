@@ -18,6 +18,7 @@ from PIL import Image
 
 from tests import commands
 from tests import test_train
+from vit_jax import rundir
 from vit_jax.perf import checkpoint_verify
 from vit_jax.train import checkpointer
 from vit_jax.train import integrity
@@ -87,7 +88,7 @@ class CheckpointFaultTest(absltest.TestCase):
     workdir = tempfile.mkdtemp(dir=self.tmp)
     os.rmdir(workdir)
     shutil.copytree(self.reference_dir, workdir)
-    os.remove(os.path.join(workdir, loop.PARAMS_FILE))
+    os.remove(os.path.join(workdir, rundir.PARAMS_FILE))
     return workdir
 
   def test_every_step_carries_a_manifest_that_verifies(self):

@@ -27,6 +27,7 @@ from tests import test_checkpoint
 from tests import test_train
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.inference import load
 from vit_jax.inference import predict
 from vit_jax.models import formats
@@ -216,7 +217,7 @@ class FixtureParityTest(_TmpDirTest):
     workdir = self.create_tempdir().full_path
     result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:1])
     self.assertBetween(result['accuracy_test'], 0.0, 1.0)
-    params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+    params = checkpoint.load(os.path.join(workdir, rundir.PARAMS_FILE))
     self.assertEqual(params['head']['kernel'].shape, (16, 10))  # a new head
     self.assertEqual(params['Transformer']['posembed_input']['pos_embedding'].shape,
                      (1, 50, 16))  # 4x4 grid -> 7x7 + cls
@@ -319,12 +320,10 @@ class ErrorTest(_TmpDirTest):
                       ('quick_gelu', 'quick_gelu')):
       with self.subTest(act):
         src = self._hf_dir(hidden_act=act, layer_norm_eps=1e-3)
-        # exact_gelu='accept' (the old --accept_exact_gelu) is still taken, and changes nothing.
-        for consent in ('error', 'accept'):
-          ckpt = formats.read(src, exact_gelu=consent)
-          self.assertEqual(ckpt.overrides['activation'], ours)
-          self.assertEqual(ckpt.overrides['layer_norm_epsilon'], 1e-3)
-          self.assertEqual(ckpt.get_model().activation, ours)
+        ckpt = formats.read(src)
+        self.assertEqual(ckpt.overrides['activation'], ours)
+        self.assertEqual(ckpt.overrides['layer_norm_epsilon'], 1e-3)
+        self.assertEqual(ckpt.get_model().activation, ours)
 
   def test_other_unsupported_configs(self):
     for change, regex in (({'hidden_act': 'relu'}, 'hidden_act=.relu'),

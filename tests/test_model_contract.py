@@ -33,7 +33,7 @@ from vit_jax.train import objectives
 _TINY_VIT = dict(hidden_size=32, num_heads=2, mlp_dim=32, num_layers=1,
                  patches={'size': (4, 4)}, dropout_rate=0.0)
 
-# Every ViT option of vit.py's docstring, in a few combinations (timm's kinds).
+# Every ViT option of vit/options.py, in a few combinations (timm's kinds).
 VIT_VARIANTS = {
     'published': {},
     'dinov2_reg': dict(num_registers=2, no_embed_class=True, layer_scale=1e-5,
@@ -302,32 +302,41 @@ class VariantBackboneTest(parameterized.TestCase):
 # ----------------------------------------------------------------------------
 # The extension cost of a ViT option, shown: a toy "scaled residual" (the residual
 # stream is multiplied by `residual_scale` before each branch is added) lives in
-# these few lines, as it would in vit.py: a model field, a block field, the block's
+# these few lines, as it would in vit/: a model field, a BlockConfig field, the block's
 # residual hook. Config, get_model, checkpoints, FLOPs and figures need nothing.
 
 
-class ScaledResidualBlock(vit.Encoder1DBlock):
+@dataclasses.dataclass(frozen=True)
+class ScaledBlockConfig(vit.BlockConfig):
   residual_scale: float = 1.0
 
+
+class ScaledResidualBlock(vit.Encoder1DBlock):
+
   def residual(self, x, branch):
-    return self.residual_scale * x + branch
+    return self.config.residual_scale * x + branch
 
 
 class ScaledResidualViT(vit.VisionTransformer):
   residual_scale: float = 1.0
   block = ScaledResidualBlock
 
-  def block_fields(self):
-    return (('residual_scale', self.residual_scale),)
+  def block_config(self):
+    return ScaledBlockConfig(**vars(super().block_config()),
+                             residual_scale=self.residual_scale)
+
+
+class ScaledResidualFamily(vit.ViTFamily):
+  name = 'vit_scaled_residual'
+  module = ScaledResidualViT
+  options = {**vit.FAMILY.options, 'residual_scale': 1.0}
 
 
 class ExtensionCostTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    family = dataclasses.replace(
-        vit.FAMILY, name='vit_scaled_residual', module=ScaledResidualViT,
-        options={**vit.FAMILY.options, 'residual_scale': 1.0})
+    family = ScaledResidualFamily()
     preset = models.get_model_config('testing')
     preset.family = family.name
     preset.model_name = 'testing-scaled-residual'

@@ -40,7 +40,7 @@ COMMAND_FLAGS = {
     'vit_jax.analyze': ('checkpoint', 'model', 'label', 'dataset', 'out', 'images',
                         'pooling', 'probes', 'batch'),
     'vit_jax.convert': ('from', 'to', 'to_format', 'model', 'num_heads', 'drop_head',
-                        'activation', 'layer_norm_epsilon', 'accept_exact_gelu'),
+                        'activation', 'layer_norm_epsilon'),
     'vit_jax.export': ('checkpoint', 'model', 'format', 'output', 'resolution'),
     'vit_jax.evaluate': ('checkpoint', 'model', 'num_heads', 'dataset', 'split',
                          'data_dir', 'resolution', 'batch', 'loss', 'label_key',

@@ -24,6 +24,7 @@ from tests import tiny_train_config
 from tests import tiny_trained
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.data import mnist5k_arrays
 from vit_jax.data import pipeline
 from vit_jax.data import real_labels
@@ -192,7 +193,7 @@ class TrainerTest(absltest.TestCase):
     config.evals.real_mnist = {'type': 'classification', 'every': 0, 'split': 'test[:200]',
                                'real_labels': positions_path}
     result = loop.train_and_evaluate(config, workdir, devices=jax.devices()[:2])
-    params = os.path.join(workdir, loop.PARAMS_FILE)
+    params = os.path.join(workdir, rundir.PARAMS_FILE)
 
     # The run's own data and info are unchanged by its other evaluators.
     self.assertEqual(int(result['examples_test']), 200)

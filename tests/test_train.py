@@ -16,6 +16,7 @@ from tests import tfds_testdata
 from tests.tiny_train_config import tiny_config  # also test_train.tiny_config in other tests
 from vit_jax import checkpoint
 from vit_jax import configs
+from vit_jax import rundir
 from vit_jax.data import sources
 from vit_jax.models import from_config
 from vit_jax.models import flops
@@ -28,7 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def final_params(workdir):
-  return checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+  return checkpoint.load(os.path.join(workdir, rundir.PARAMS_FILE))
 
 
 def assert_trees_equal(test, a, b):
@@ -232,7 +233,7 @@ class CommandLineTest(absltest.TestCase):
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
     self.assertEqual(out.returncode, 0, out.stderr[-2000:])
     self.assertIn('accuracy_test', metrics.read_metrics(workdir)[-1])
-    self.assertTrue(os.path.exists(os.path.join(workdir, loop.PARAMS_FILE)))
+    self.assertTrue(os.path.exists(os.path.join(workdir, rundir.PARAMS_FILE)))
 
 
 class ErrorTest(absltest.TestCase):

@@ -20,6 +20,7 @@ from PIL import Image
 from tests import test_train
 from tests import tfds_testdata
 from vit_jax import checkpoint
+from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.inference import figures
 from vit_jax.inference import load
@@ -74,7 +75,7 @@ class VariantsThroughTheProductTest(absltest.TestCase):
                                          devices=jax.devices()[:1])
         losses = [v for k, v in result.items() if 'loss' in k]
         self.assertTrue(losses and np.all(np.isfinite(losses)), (name, result))
-        params = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+        params = checkpoint.load(os.path.join(workdir, rundir.PARAMS_FILE))
         pretrained = formats.read(fixture, num_heads=how.get('num_heads'),
                                   options=how.get('options')).params
         # Fine-tuning started from the fixture: its first block moved only a little.

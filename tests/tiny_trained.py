@@ -18,6 +18,7 @@ from tests import tfds_testdata
 from vit_jax import checkpoint
 from vit_jax import configs
 from vit_jax import models
+from vit_jax import rundir
 from vit_jax.models import from_config
 from vit_jax.train import loop
 
@@ -74,7 +75,7 @@ def trained() -> tuple[str, str, dict]:
       os.replace(final + '.tmp', final)
   with open(final) as f:
     result = json.load(f)
-  return os.path.join(workdir, loop.PARAMS_FILE), data_dir, result
+  return os.path.join(workdir, rundir.PARAMS_FILE), data_dir, result
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,7 +94,7 @@ def untrained(seed: int = 0) -> tuple[str, str]:
   params = model.init(jax.random.PRNGKey(seed), np.zeros((1, 28, 28, 3), np.float32))
   os.makedirs(workdir)
   checkpoint.save(jax.device_get(params['params']),
-                  os.path.join(workdir, loop.PARAMS_FILE))
+                  os.path.join(workdir, rundir.PARAMS_FILE))
   with open(os.path.join(workdir, loop.CONFIG_FILE), 'w') as f:
     f.write(c.to_json_best_effort(indent=2))
   return workdir, data_dir

@@ -19,14 +19,13 @@ __all__ = ['load', 'save', 'load_pretrained', 'interpolate_posemb', 'load_any',
 
 
 def load_any(path: str, *, model: Optional[str] = None,
-             num_heads: Optional[int] = None,
-             exact_gelu: str = 'error') -> formats.Checkpoint:
+             num_heads: Optional[int] = None) -> formats.Checkpoint:
   """Reads an .npz, timm or transformers checkpoint: params plus the model they fit.
 
   Returns a vit_jax.models.formats.Checkpoint (.params, .model_name, .overrides,
   .get_model()); timm state dicts need `model` (a preset or timm name) or `num_heads`.
   """
-  return formats.read(path, model=model, num_heads=num_heads, exact_gelu=exact_gelu)
+  return formats.read(path, model=model, num_heads=num_heads)
 
 
 def save_as(params: Mapping[str, Any], path: str, *,

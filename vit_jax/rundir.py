@@ -23,6 +23,19 @@ PARAMS_FILE = 'params.npz'
 EMA_PARAMS_FILE = 'ema_params.npz'
 
 
+def read_config(directory: str) -> Optional[dict]:
+  """DIRECTORY/config.json as a dict, or None where it is absent, unreadable or no object."""
+  path = os.path.join(directory, CONFIG_FILE)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path) as f:
+      config = json.load(f)
+  except (ValueError, OSError):
+    return None
+  return config if isinstance(config, dict) else None
+
+
 def objective_params_file(objective: str) -> str:
   """The file of what objective `objective` trains beside the model, e.g. mae_params.npz."""
   return f'{objective}_{PARAMS_FILE}'

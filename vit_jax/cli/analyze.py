@@ -10,6 +10,7 @@ import numpy as np
 
 from vit_jax import errors
 from vit_jax import fileio
+from vit_jax import rundir
 from vit_jax.cli import common
 from vit_jax.cli import fewshot as fewshot_cli
 from vit_jax.data import sources
@@ -31,7 +32,7 @@ def _labels(paths: Sequence[str], labels: Sequence[str]) -> list[str]:
   for path in paths:
     path = os.path.normpath(os.path.expanduser(path))
     base = os.path.basename(path)
-    names.append(os.path.basename(os.path.dirname(path)) if base == load.PARAMS_FILE
+    names.append(os.path.basename(os.path.dirname(path)) if base == rundir.PARAMS_FILE
                  else os.path.splitext(base)[0])
   return names if len(set(names)) == len(names) else [
       f'{n} ({i + 1})' for i, n in enumerate(names)]

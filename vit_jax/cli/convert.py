@@ -32,8 +32,6 @@ def _define_flags() -> None:
                     'or what --model implies).')
   flags.DEFINE_float('layer_norm_epsilon', None, 'LayerNorm epsilon of a timm state '
                      'dict (default 1e-6; CLIP 1e-5, or what --model implies).')
-  flags.DEFINE_bool('accept_exact_gelu', False, 'Deprecated, does nothing: exact GELU '
-                    '(hidden_act=gelu) is now read as exact GELU.')
 
 
 def main(argv: Sequence[str]) -> None:

@@ -1,5 +1,4 @@
 """`python -m vit_jax.export`; its usage (--help) is vit_jax/export.py's docstring."""
-import json
 import os
 from typing import Any, Optional, Sequence
 
@@ -21,15 +20,8 @@ def workdir_pp(checkpoint_path: str) -> Optional[dict[str, Any]]:
   """config.pp of the vit_jax workdir holding the checkpoint, if it is one."""
   directory = (checkpoint_path if os.path.isdir(checkpoint_path) else
                os.path.dirname(os.path.abspath(checkpoint_path)))
-  path = os.path.join(directory, rundir.CONFIG_FILE)
-  if not os.path.exists(path):
-    return None
-  try:
-    with open(path) as f:
-      config = json.load(f)
-  except (OSError, ValueError):
-    return None
-  pp = config.get('pp') if isinstance(config, dict) else None
+  config = rundir.read_config(directory) or {}
+  pp = config.get('pp')
   return pp if isinstance(pp, dict) else None  # a transformers config has none
 
 

@@ -8,6 +8,7 @@ Components are chosen by name: `model_name` (vit_jax.models.MODEL_CONFIGS), `dat
 """
 import ml_collections
 
+from vit_jax import models
 from vit_jax.train import objectives
 
 
@@ -16,42 +17,12 @@ def get_base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
 
-  # Model: a preset from vit_jax.models.MODEL_CONFIGS plus overrides of its fields
-  # (num_classes is filled in from the dataset when left at -1).
+  # Model: a preset from vit_jax.models.MODEL_CONFIGS plus overrides of its fields and
+  # the options of the model families (vit_jax/models/vit/options.py: each with its
+  # default, allowed values and timm name; docs/architecture.md lists them). None (unset)
+  # keeps the preset's value; num_classes unset is the dataset's class count.
   c.model_name = 'ViT-B_16'
-  c.model = ml_collections.ConfigDict({
-      'num_classes': -1,
-      # Compute dtype; parameters and optimizer state stay float32. 'auto' is
-      # bfloat16 on GPU/TPU and float32 on CPU: the benchmark's fast path.
-      'dtype': 'auto',             # 'auto' | 'bfloat16' | 'float32' | 'float16'
-      # 'auto': cuDNN fused attention where it runs (GPU, bf16/fp16), else XLA.
-      'attention': 'auto',         # 'auto' | 'cudnn' | 'xla'
-      'remat': 'none',             # rematerialise blocks: 'none' | 'full' | 'dots'
-      'scan_layers': False,        # lax.scan over the blocks (faster compiles of L/H)
-      'attention_pad_multiple': 8,  # cuDNN attention pads tokens to an even multiple
-      'patch_embedding': 'conv',   # 'conv' | 'matmul' (same parameters)
-      # 'fp8': the blocks' projections in float8 (Hopper GPUs; vit_jax/models/fp8.py).
-      'matmul': 'default',         # 'default' | 'fp8' (same parameters)
-      'fused_qkv': True,           # False: query/key/value as three matmuls (same function)
-      'stochastic_depth': 0.0,
-      'representation_size': -1,   # -1: keep the preset's; 0: none; N: pre-logits of width N
-      'dropout_rate': -1.0,        # -1: keep the preset's
-      'head_bias_init': 0.0,
-      # ViT variants (vit_jax/models/vit.py's docstring; timm's flags). Unset (None,
-      # '' or -1) keeps the preset's value.
-      'classifier': '',            # 'token' | 'gap' | 'map' | 'unpooled' | 'token_unpooled'
-      'class_token': ml_collections.config_dict.placeholder(bool),
-      'num_registers': -1,         # register tokens (DINOv2 reg4: 4)
-      'distilled': ml_collections.config_dict.placeholder(bool),  # DeiT dist token
-      'no_embed_class': ml_collections.config_dict.placeholder(bool),
-      'layer_scale': -1.0,         # layer-scale init value; 0: none (DINOv2 1e-5)
-      'qk_norm': ml_collections.config_dict.placeholder(bool),
-      'pre_norm': ml_collections.config_dict.placeholder(bool),   # CLIP
-      'activation': '',            # 'gelu_tanh' | 'gelu' | 'quick_gelu' | 'swiglu'
-      'mlp_norm': ml_collections.config_dict.placeholder(bool),
-      'qkv_bias': ml_collections.config_dict.placeholder(bool),
-      'layer_norm_epsilon': -1.0,  # 1e-6 as published, CLIP 1e-5
-  })
+  c.model = ml_collections.ConfigDict(models.config_section())
   # Start from a checkpoint in the published .npz layout ('' = from scratch):
   # pretrained_path, or else pretrained_dir/<model_name>.npz (the original's
   # semantics, e.g. gs://vit_models/imagenet21k).

@@ -6,7 +6,7 @@ its seed alone: that is what makes the training stream reproducible and resumabl
 
 Images leave the host as uint8 (resized values rounded, as big_vision does): a quarter of the
 bytes of float32 to batch, copy and send to the devices. The map to float32 in [-1, 1] and
-mixup run on the devices (vit_jax.input_pipeline).
+mixup run on the devices (vit_jax.data.pipeline).
 
 config.pp.train and config.pp.eval are pp strings: ops by name joined by "|"
 (vit_jax.data.pp_registry), e.g. 'pretrain|randaug(2, 9, 0.5)|erase(0.25)'. The ops of this

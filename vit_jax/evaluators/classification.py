@@ -91,8 +91,8 @@ def data_config(config: ml_collections.ConfigDict,
 
 def _model_classes(config: ml_collections.ConfigDict) -> int:
   """The model head's class count: config.model.num_classes, else the run's dataset's."""
-  classes = config.model.get('num_classes', -1)
-  if classes > 0:
+  classes = config.model.get('num_classes')
+  if classes is not None and classes > 0:
     return classes
   # The catalog's count where it has one: a check must not prepare (download) the data.
   known = sources.resolve(config.dataset).num_classes

@@ -27,7 +27,6 @@ from vit_jax.models import formats
 from vit_jax.models import from_config
 
 CONFIG_FILE = rundir.CONFIG_FILE
-PARAMS_FILE = rundir.PARAMS_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,12 +86,12 @@ def resolve_checkpoint(path: str) -> str:
     raise FileNotFoundError(f'Checkpoint {path} does not exist; check the path.')
   if not os.path.isdir(path):
     return path
-  params = os.path.join(path, PARAMS_FILE)
+  params = os.path.join(path, rundir.PARAMS_FILE)
   if os.path.isfile(params) and os.path.isfile(os.path.join(path, CONFIG_FILE)):
     return params
   if any(os.path.exists(os.path.join(path, f)) for f in (rundir.CHECKPOINT_DIR, rundir.METRICS_FILE)):
-    raise ValueError(f'{path} is a vit_jax work directory without {PARAMS_FILE}: its run '
-                     'has not finished. Run it to the end (the same command resumes it), '
+    raise ValueError(f'{path} is a vit_jax work directory without {rundir.PARAMS_FILE}: its '
+                     'run has not finished. Run it to the end (the same command resumes it), '
                      'then pass the directory again.')
   return path
 
@@ -104,15 +103,7 @@ def workdir_config_path(checkpoint_path: str) -> str:
 
 def workdir_config(checkpoint_path: str) -> Optional[dict[str, Any]]:
   """The config.json beside the checkpoint as a dict, or None if absent or unreadable."""
-  path = workdir_config_path(checkpoint_path)
-  if not os.path.isfile(path):
-    return None
-  try:
-    with open(path) as f:
-      config = json.load(f)
-  except (ValueError, OSError):
-    return None
-  return config if isinstance(config, dict) else None
+  return rundir.read_config(os.path.dirname(workdir_config_path(checkpoint_path)))
 
 
 def workdir_dataset(checkpoint_path: str) -> Optional[tuple[str, Optional[str]]]:
@@ -177,8 +168,7 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
   checkpoint_path = resolve_checkpoint(checkpoint_path)
   if formats.is_other_format(checkpoint_path):
     # timm / transformers: the file (or model_name, checked) gives the model.
-    read = formats.read(checkpoint_path, model=model_name, num_heads=num_heads,
-                        exact_gelu='accept')
+    read = formats.read(checkpoint_path, model=model_name, num_heads=num_heads)
     params, model_name = read.params, read.model_name
     overrides = {**read.overrides, **overrides}
   else:

@@ -2,7 +2,7 @@
 
 `MODEL_CONFIGS` maps every preset name to its architecture config; `get_model(name,
 **overrides)` builds one. Each preset belongs to a family (`families.FAMILIES`: 'vit' for
-ViT and its ResNet hybrids, 'mixer' for MLP-Mixer), the record every other part of the
+ViT and its ResNet hybrids, 'mixer' for MLP-Mixer), the class every other part of the
 package asks about a model; `register_family` adds one.
 """
 import dataclasses
@@ -36,6 +36,7 @@ for _family in (vit.FAMILY, mixer.FAMILY):
 
 MODEL_CONFIGS = families.MODEL_CONFIGS
 register_family = families.register
+config_section = families.config_section
 
 
 def resolve_dtype(dtype: Any, backend: str = '') -> Any:
@@ -74,7 +75,7 @@ def get_model_config(name: str) -> ml_collections.ConfigDict:
 
 
 def family_of(model_or_name: Any) -> families.Family:
-  """The family record of a preset name, a preset config or a built model."""
+  """The family (a `families.Family`) of a preset name, a preset config or a built model."""
   if isinstance(model_or_name, nn.Module):
     return families.of_module(model_or_name)
   if isinstance(model_or_name, str):

@@ -15,20 +15,21 @@ from vit_jax import models
 from vit_jax.models import families
 
 
-# Option markers meaning "keep the preset's value" (others are passed to the module).
-_KEEPS = (families.KEEP, None, '')
+# The "not set" values of config.model before UNSET, as config.json files of older runs hold them.
+_LEGACY_UNSET = {'num_classes': -1, 'representation_size': -1, 'dropout_rate': -1,
+                 'classifier': '', 'num_registers': -1, 'layer_scale': -1,
+                 'layer_norm_epsilon': -1, 'activation': ''}
 
 
-def _keeps(marker: Any, value: Any) -> bool:
-  """Whether `value` is the marker `marker` that keeps the preset's value."""
-  return any(marker is k or (k is not None and marker == k) for k in _KEEPS) and (
-      value is marker or (marker is not None and value == marker))
+def is_unset(key: str, value: Any) -> bool:
+  """Whether config.model.<key> holds "not set" (UNSET, or an older run's marker)."""
+  return value is families.UNSET or (
+      key in _LEGACY_UNSET and not isinstance(value, bool) and value == _LEGACY_UNSET[key])
 
 
 def _not_set(key: str, value: Any) -> bool:
-  """Whether `value` is the "not set" value some family gives option `key`."""
-  return any(key in f.options and (f.options[key] == value if value is not None
-                                   else f.options[key] is None)
+  """Whether `value` is the config default some family gives option `key` (UNSET or a value)."""
+  return any(key in f.options and (is_unset(key, value) or f.options[key] == value)
              for f in families.FAMILIES.values())
 
 
@@ -41,12 +42,10 @@ def model_kwargs(model_name: str, model_config: Mapping[str, Any],
   out = {}
   for key, value in section.items():
     if key in family.options:
-      if _keeps(family.options[key], value):
+      if is_unset(key, value):
         continue  # the preset's value
-      if key == 'representation_size':
-        value = value or None  # 0: no pre-logits layer
-      if key == 'layer_scale':
-        value = value or None  # 0: no layer scale
+      if key in ('representation_size', 'layer_scale'):
+        value = value or None  # 0: no pre-logits layer / no layer scale
     elif _not_set(key, value):
       continue  # another family's option, left unset
     elif any(key in f.options for f in families.FAMILIES.values()):
@@ -55,7 +54,7 @@ def model_kwargs(model_name: str, model_config: Mapping[str, Any],
           f'{family.name} model, whose options are {", ".join(family.options)}); '
           'leave it unset.')
     out[key] = value
-  if out.get('num_classes', families.KEEP) == families.KEEP:
+  if out.get('num_classes') is None:
     out['num_classes'] = num_classes
   return out
 

@@ -101,10 +101,10 @@ class Decoder(nn.Module):
       pe = self.param('pos_embedding', nn.initializers.normal(0.02),
                       (1, lead + tokens, self.width))
     x = x + pe.astype(x.dtype)
-    x = vit_lib.Encoder(num_layers=self.depth, mlp_dim=self.mlp_dim,
-                        num_heads=self.num_heads, dropout_rate=0.0,
-                        attention_dropout_rate=0.0, add_position_embedding=False,
-                        dtype=self.dtype, attention=self.attention,
+    block = vit_lib.BlockConfig(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                                dtype=self.dtype, dropout_rate=0.0,
+                                attention_dropout_rate=0.0, attention=self.attention)
+    x = vit_lib.Encoder(config=block, num_layers=self.depth, add_position_embedding=False,
                         name='Transformer')(x, train=train)
     return dense(self.patch_dim, 'pred')(x[:, lead:]).astype(jnp.float32)
 

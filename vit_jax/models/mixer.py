@@ -1,4 +1,5 @@
 """MLP-Mixer with the original Linen parameter tree."""
+import re
 from typing import Any, Mapping, Optional
 
 import flax.linen as nn
@@ -68,7 +69,7 @@ class MlpMixer(nn.Module):
 
 
 # ----------------------------------------------------------------------------
-# The family record (vit_jax.models.families).
+# The family (vit_jax.models.families): what the rest of the package asks about a Mixer.
 
 _TOKEN_MIXING = ('MixerBlock_0', 'token_mixing', 'Dense_0', 'kernel')
 
@@ -87,21 +88,75 @@ def forward_flops(c: Mapping[str, Any], res: int, num_classes: int) -> float:
   return flops
 
 
-def _patch_tokens(model: nn.Module, params: Mapping[str, Any]) -> Optional[int]:
-  del model
-  # Token mixing is a Dense over the token axis: its input width is the token count.
-  kernel = families.get_path(params, _TOKEN_MIXING)
-  return None if kernel is None else int(kernel.shape[0])
+# The sizes of a Mixer, by the names error messages give them.
+_SIZES = {'width': 'hidden_dim', 'blocks': 'num_blocks', 'token MLP': 'tokens_mlp_dim',
+          'channel MLP': 'channels_mlp_dim'}
 
 
-FAMILY = families.Family(
-    name='mixer',
-    module=MlpMixer,
-    signature=('num_blocks', 'hidden_dim'),
-    options={'num_classes': families.KEEP, 'dtype': 'auto'},
-    forward_flops=forward_flops,
-    width=lambda c: c['hidden_dim'],
-    patch_tokens=_patch_tokens,
-    rgb_filters=lambda model, params: params['stem']['kernel'],
-    head_keys=('head',),
-)
+class MixerFamily(families.Family):
+  """MLP-Mixer: no position embedding, so its token count is fixed by its parameters."""
+  name = 'mixer'
+  module = MlpMixer
+  signature = ('num_blocks', 'hidden_dim')
+  head_keys = ('head',)
+
+  def forward_flops(self, fields: Mapping[str, Any], res: int, num_classes: int) -> float:
+    """Matmul FLOPs of one forward pass at `res` pixels."""
+    return forward_flops(fields, res, num_classes)
+
+  def width(self, fields: Mapping[str, Any]) -> int:
+    """The channel width (hidden_dim)."""
+    return fields['hidden_dim']
+
+  def patch_tokens(self, model: nn.Module, params: families.Params) -> Optional[int]:
+    """Token mixing is a Dense over the token axis: its input width is the token count."""
+    del model
+    kernel = families.get_path(params, _TOKEN_MIXING)
+    return None if kernel is None else int(kernel.shape[0])
+
+  def rgb_filters(self, model: nn.Module, params: families.Params) -> Any:
+    """The stem's kernel on RGB pixels."""
+    del model
+    return params['stem']['kernel']
+
+  def owns(self, params: families.Params) -> bool:
+    """A Mixer stem."""
+    return 'stem' in params
+
+  def architecture(self, params: families.Params, source: str) -> dict:
+    """Patch size, width, blocks, MLP widths and head of a Mixer tree."""
+    stem = families.shape_at(params, 'stem', 'kernel')
+    tok = families.shape_at(params, 'MixerBlock_0', 'token_mixing', 'Dense_0', 'kernel')
+    ch = families.shape_at(params, 'MixerBlock_0', 'channel_mixing', 'Dense_0', 'kernel')
+    if stem is None or tok is None or ch is None or len(stem) != 4:
+      raise ValueError(f'{source}: a Mixer stem but no Mixer blocks; this fits '
+                       'no vit_jax model.')
+    blocks = sum(1 for k in params if re.fullmatch(r'MixerBlock_\d+', k))
+    head = families.shape_at(params, 'head', 'kernel')
+    return {'patches': {'size': tuple(stem[:2])}, 'hidden_dim': stem[3],
+            'num_blocks': blocks, 'tokens_mlp_dim': tok[1],
+            'channels_mlp_dim': ch[1], 'num_classes': head[1] if head else 0}
+
+  def misfits(self, cfg: Mapping[str, Any], arch: Mapping[str, Any],
+              ignore_heads: bool) -> list[str]:
+    """Width, blocks and MLP widths that differ from the preset."""
+    del ignore_heads
+    return [f'{key} {arch[key]} != {cfg[key]}' for key in _SIZES.values()
+            if cfg[key] != arch[key]]
+
+  def describe(self, arch: Mapping[str, Any]) -> str:
+    """'Mixer width 768, 12 blocks, patch 16'."""
+    return (f'Mixer width {arch["hidden_dim"]}, {arch["num_blocks"]} blocks, '
+            f'patch {arch["patches"]["size"][0]}')
+
+  def size_pairs(self, got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, tuple]:
+    """Width, blocks and MLP widths of two architectures."""
+    return {name: (got[key], want[key]) for name, key in _SIZES.items()}
+
+  def base_preset(self, arch: Mapping[str, Any]) -> str:
+    """Mixer-B_16."""
+    del arch
+    return 'Mixer-B_16'
+
+
+FAMILY = MixerFamily()

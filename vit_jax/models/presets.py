@@ -3,7 +3,7 @@
 Each preset names its family (`family`: 'vit' or 'mixer'). Beyond the original
 names come today's ViTs, with the architecture of timm's models of the same kind
 (timm 1.0 `vision_transformer.py` / `deit.py`; the timm name in the comment):
-ViT options (vit_jax/models/vit.py) set as timm's constructor flags set them, and
+ViT options (vit_jax/models/vit/options.py) set as timm's constructor flags set them, and
 timm's default activation (exact GELU) where timm gives none.
 """
 from typing import Any

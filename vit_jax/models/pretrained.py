@@ -54,17 +54,13 @@ def load_pretrained(*,
   """
   family = families.of_config(model_config)
   transformer = model_config.get('transformer') or {}
-  # Fine-tuning retrains under tanh GELU anyway (the google/vit-* checkpoints were
-  # trained with it), so transformers' exact-GELU configs are accepted here.
-  tree = formats.read_params(
-      pretrained_path, num_heads=transformer.get('num_heads'), exact_gelu='accept')
+  tree = formats.read_params(pretrained_path, num_heads=transformer.get('num_heads'))
   restored = npz.flatten(tree)
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
   name = model_config.get('model_name') or 'the model'
   # Prefix tokens (class, distillation, registers) only one side has: the model's
   # start fresh, the checkpoint's are dropped.
-  prefix_keys = set(family.prefix_keys) | (
-      {family.class_token_key} if family.class_token_key else set())
+  prefix_keys = set(family.prefix_keys)
   posemb_key = '/'.join(family.posemb_path or ())
   head_prefixes = tuple(k + '/' for k in family.head_keys)
   fresh_prefixes = tuple(k + '/' for k in family.fresh_keys)

@@ -1,4 +1,5 @@
 """BiT-style ResNet parts of the hybrid: weight-standardised convs and GroupNorm."""
+import math
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -86,3 +87,29 @@ def apply_resnet(x: jax.Array, num_layers: Sequence[int], width_factor: float,
                     first_stride=(1, 1) if i == 0 else (2, 2), dtype=dtype,
                     name=f'block{i + 1}')(x)
   return x
+
+
+def _conv_flops(out_hw: int, k: int, cin: int, cout: int) -> float:
+  return 2.0 * out_hw * k * k * cin * cout
+
+
+def forward_flops(res: int, num_layers: Sequence[int],
+                  width_factor: float) -> tuple[float, int, int]:
+  """Forward FLOPs, output side length and channels of the hybrid's BiT ResNet at `res` px."""
+  width = int(64 * width_factor)
+  s = math.ceil(res / 2)  # 7x7 root conv, stride 2, SAME.
+  flops = _conv_flops(s * s, 7, 3, width)
+  s = math.ceil(s / 2)  # 3x3 max pool, stride 2.
+  cin = width
+  for i, units in enumerate(num_layers):
+    f = width * 2**i
+    for u in range(units):
+      stride = 2 if (i > 0 and u == 0) else 1
+      s_out = math.ceil(s / stride)
+      flops += _conv_flops(s * s, 1, cin, f)
+      flops += _conv_flops(s_out * s_out, 3, f, f)
+      flops += _conv_flops(s_out * s_out, 1, f, 4 * f)
+      if cin != 4 * f or stride != 1:
+        flops += _conv_flops(s_out * s_out, 1, cin, 4 * f)
+      cin, s = 4 * f, s_out
+  return flops, s, cin

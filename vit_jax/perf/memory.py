@@ -92,7 +92,7 @@ def memory_report(config: ml_collections.ConfigDict,
                   devices: Sequence[jax.Device]) -> MemoryReport:
   """Lowers and compiles the sharded train step on `devices` without allocating arrays."""
   n = len(devices)
-  if config.model.num_classes < 1:
+  if config.model.num_classes is None or config.model.num_classes < 1:
     raise ValueError(f'config.model.num_classes={config.model.num_classes}: give the '
                      'number of classes (the memory tool reads no dataset).')
   if config.batch % n:

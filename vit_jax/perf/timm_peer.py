@@ -37,6 +37,9 @@ def timm_kwargs(model: Any, resolution: int) -> dict[str, Any]:
   if model.representation_size:
     raise ValueError('--compare=timm: timm\'s ViT has no pre-logits layer; set '
                      'config.model.representation_size=0.')
+  if model.norm != 'layer_norm':
+    raise ValueError(f'--compare=timm: norm {model.norm!r} has no timm counterpart here; '
+                     'use layer_norm.')
   if model.classifier not in _POOLS or model.activation not in _ACTIVATIONS:
     raise ValueError(f'--compare=timm: classifier {model.classifier!r} / activation '
                      f'{model.activation!r} has no timm counterpart here; use '
@@ -50,7 +53,10 @@ def timm_kwargs(model: Any, resolution: int) -> dict[str, Any]:
     raise ValueError(f'--compare=timm: resolution {resolution} is not divisible by the '
                      f'patch size {patch[0]}.')
   dropout = t.get('dropout_rate', 0.0) or 0.0
-  return {
+  # The switches timm names as we do (vit_jax/models/vit/options.py).
+  same = {o.name: bool(getattr(model, o.name)) for o in vit_lib.OPTIONS
+          if o.timm == o.name and o.allowed == (True, False)}
+  return {**same,
       'img_size': resolution, 'patch_size': patch[0], 'in_chans': 3,
       'num_classes': model.num_classes or 0,
       'embed_dim': width, 'depth': t['num_layers'], 'num_heads': t['num_heads'],
@@ -58,11 +64,7 @@ def timm_kwargs(model: Any, resolution: int) -> dict[str, Any]:
       'mlp_ratio': mlp_dim / width,
       'class_token': vit_lib.has_class_token(model),
       'global_pool': _POOLS[model.classifier],
-      'fc_norm': bool(model.fc_norm),  # explicit: timm's default follows global_pool
       'reg_tokens': int(model.num_registers),
-      'no_embed_class': bool(model.no_embed_class),
-      'pre_norm': bool(model.pre_norm),
-      'qkv_bias': bool(model.qkv_bias), 'qk_norm': bool(model.qk_norm),
       'init_values': model.layer_scale or None,
       'drop_rate': 0.0, 'pos_drop_rate': dropout, 'proj_drop_rate': dropout,
       'attn_drop_rate': t.get('attention_dropout_rate', 0.0) or 0.0,

@@ -17,10 +17,8 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax import option_rules
-from vit_jax import rundir
 
 KEY = 'ema'
-PARAMS_FILE = rundir.EMA_PARAMS_FILE
 SUFFIX = '_ema'
 
 Extra = dict[str, Any]

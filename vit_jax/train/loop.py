@@ -44,7 +44,6 @@ from vit_jax.train import validate
 from vit_jax.train import workdir as workdir_lib
 from vit_jax.train import writers
 
-PARAMS_FILE = rundir.PARAMS_FILE
 CONFIG_FILE = rundir.CONFIG_FILE
 
 
@@ -96,7 +95,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 def finished(ckpt: checkpointer.StateCheckpointer, workdir: str, total_steps: int) -> bool:
   """Whether workdir holds a completed run: the last step checkpointed, params.npz written."""
   return (ckpt.latest_step() == total_steps and
-          epath.Path(workdir, PARAMS_FILE).exists())
+          epath.Path(workdir, rundir.PARAMS_FILE).exists())
 
 
 def final_metrics(workdir: str, total_steps: int) -> dict:
@@ -111,7 +110,7 @@ def final_metrics(workdir: str, total_steps: int) -> dict:
       final.update(record)
   logging.info('%s holds a finished run (step %d of %d, %s written): nothing to do. '
                'Final metrics: %s. Raise --config.total_steps to train on, or use '
-               'another --workdir.', workdir, total_steps, total_steps, PARAMS_FILE,
+               'another --workdir.', workdir, total_steps, total_steps, rundir.PARAMS_FILE,
                writers.format_scalars(final) or 'none recorded')
   return {**final, 'step': total_steps}
 
@@ -167,15 +166,15 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   t1 = time.time()
   # The model's parameters (DINO: its teacher's) in the published layout.
   _export(objectives.result_params(objective, state.params, state.extra), workdir,
-          PARAMS_FILE)
+          rundir.PARAMS_FILE)
   if ema.enabled(config):  # the averaged weights, fine-tunable like params.npz
-    _export(objective.model_params(ema.params_of(state.extra)), workdir, ema.PARAMS_FILE)
+    _export(objective.model_params(ema.params_of(state.extra)), workdir, rundir.EMA_PARAMS_FILE)
   extra = objectives.auxiliary_params(objective, state.params, state.extra)
   if extra is not None:  # e.g. MAE's decoder, for reconstructions; DINO's heads
     _export(extra, workdir, rundir.objective_params_file(config.objective))
   writer.flush()
   logging.info('Checkpoint %d on disk after %.1f s; %s and the logs written in %.1f s.',
-               config.total_steps, t1 - t0, PARAMS_FILE, time.time() - t1)
+               config.total_steps, t1 - t0, rundir.PARAMS_FILE, time.time() - t1)
   return {**final, 'step': config.total_steps}
 
 

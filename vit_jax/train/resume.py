@@ -19,6 +19,7 @@ import ml_collections
 
 from vit_jax import fileio
 from vit_jax import rundir
+from vit_jax.models import from_config
 
 CONFIG_FILE = rundir.CONFIG_FILE
 HISTORY_FILE = 'config_history.jsonl'
@@ -119,8 +120,11 @@ def compare(config: ml_collections.ConfigDict, workdir: str) -> Changes:
     if key not in new:
       fields[key] = (old[key], None)
     elif old[key] != new[key]:
-      # -1 means "from the dataset"; config.json may hold the number it resolved to.
-      if key == 'model.num_classes' and new[key] == -1:
+      # Unset num_classes means "from the dataset"; config.json holds the number it
+      # resolved to. Older runs wrote other "not set" markers (-1, '').
+      model_key = key[len('model.'):] if key.startswith('model.') else None
+      if model_key and from_config.is_unset(model_key, new[key]) and (
+          model_key == 'num_classes' or from_config.is_unset(model_key, old[key])):
         continue
       fields[key] = (old[key], new[key])
   # Keys only in the new config are knobs added since that run: at their default.

@@ -15,8 +15,10 @@ record the number of heads, so they need `model` (a preset or timm model name)
 or `num_heads`.
 
 The work is split by job: `files` reads and writes the files, `detect` tells
-the format, `arch` infers the architecture, and `npz`, `timm`, `hf` map each
-format's names onto the vit_jax tree. This module only dispatches.
+the format, `arch` infers the architecture (asking the tree's family), and `npz`,
+`timm`, `hf` map each format's names onto the vit_jax tree. `registry` holds the
+formats by name (a new one is a module with one `registry.register(Format(...))`);
+this module registers the built-in three and dispatches through it.
 """
 import os
 from typing import Any, Mapping, Optional
@@ -25,19 +27,23 @@ import numpy as np
 
 from vit_jax import fileio
 from vit_jax import models
+from vit_jax.models import families
 from vit_jax.models.formats import arch
 from vit_jax.models.formats import detect
 from vit_jax.models.formats import files
-from vit_jax.models.formats import hf
 from vit_jax.models.formats import npz
-from vit_jax.models.formats import timm
+from vit_jax.models.formats import registry
+from vit_jax.models.vit import hf
+from vit_jax.models.vit import timm
 
 # The public names of the modules this package dispatches to.
 Checkpoint = arch.Checkpoint
 architecture = arch.architecture
 architecture_differences = arch.differences
 fitting_presets = arch.fitting_presets
-FORMATS = detect.FORMATS
+Format = registry.Format
+register = registry.register
+FORMATS = registry.FORMATS
 detect_format = detect.detect_format
 is_other_format = detect.is_other_format
 check_readable = detect.check_readable
@@ -46,7 +52,7 @@ read_state_dict = files.read_state_dict
 Params = dict[str, Any]
 
 
-def _read_hf(path: str, exact_gelu: str) -> tuple[Params, dict]:
+def _read_hf(path: str) -> tuple[Params, dict]:
   directory = path if os.path.isdir(path) else os.path.dirname(path)
   config_path = os.path.join(directory, 'config.json')
   if not os.path.exists(config_path):
@@ -54,7 +60,7 @@ def _read_hf(path: str, exact_gelu: str) -> tuple[Params, dict]:
                             f'{config_path} is missing; pass the model directory '
                             'with its config.json.')
   config = files.read_json(config_path)
-  hf.check_config(config, config_path, exact_gelu)
+  hf.check_config(config, config_path)
   state = files.hf_weights(directory) if os.path.isdir(path) else files.read_state_dict(path)
   pre_path = os.path.join(directory, 'preprocessor_config.json')
   preprocessor = files.read_json(pre_path) if os.path.exists(pre_path) else None
@@ -112,7 +118,7 @@ def _read_timm(path: str, model: Optional[str], num_heads: Optional[int],
 
 
 def read(path: str, *, model: Optional[str] = None,
-         num_heads: Optional[int] = None, exact_gelu: str = 'error',
+         num_heads: Optional[int] = None,
          options: Optional[Mapping[str, Any]] = None) -> Checkpoint:
   """Reads a checkpoint of any format into the vit_jax tree, with its architecture.
 
@@ -120,22 +126,13 @@ def read(path: str, *, model: Optional[str] = None,
   against the file; `num_heads` is what a timm state dict lacks, and `options`
   (activation, layer_norm_epsilon, classifier, class_token, no_embed_class) what
   else it lacks (timm's defaults, or the timm name's, otherwise). transformers
-  configs record all of it. `exact_gelu` is accepted for compatibility only: exact
-  GELU is read as exact GELU.
+  configs record all of it.
   """
   path = os.fspath(path)
   options = dict(options or {})
   _check_options(options)
   fmt = detect.detect_format(path)
-  extras = dict(options)
-  if fmt == 'npz':
-    params, extras = npz.load_with_options(path)
-    extras.update(options)
-  elif fmt == 'hf':
-    params, extras = _read_hf(path, exact_gelu)
-    extras.update(options)
-  else:
-    params, model, extras = _read_timm(path, model, num_heads, options)
+  params, model, extras = registry.FORMATS[fmt].read(path, model, num_heads, options)
   check_params(params, path)
   shapes = arch.architecture(params, f'Checkpoint {path}')
   return arch.as_checkpoint(params, shapes, model, fmt, path, extras)
@@ -166,20 +163,11 @@ def check_params(params: Mapping[str, Any], source: str) -> None:
 
 
 
-def read_params(path: str, *, num_heads: Optional[int] = None,
-                exact_gelu: str = 'error') -> Params:
+def read_params(path: str, *, num_heads: Optional[int] = None) -> Params:
   """Only the parameters of a checkpoint of any format (no preset check), checked by check_params."""
-  fmt = detect.detect_format(os.fspath(path))
-  if fmt == 'npz':
-    params = npz.load(path)
-  elif fmt == 'hf':
-    params = _read_hf(os.fspath(path), exact_gelu)[0]
-  elif num_heads is None:
-    raise ValueError(f'Checkpoint {path} is a timm state dict, which does not '
-                     'record the number of heads; pass num_heads.')
-  else:
-    params = timm.to_params(files.read_state_dict(path), num_heads, os.fspath(path))
-  check_params(params, os.fspath(path))
+  path = os.fspath(path)
+  params = registry.FORMATS[detect.detect_format(path)].read_params(path, num_heads)
+  check_params(params, path)
   return params
 
 
@@ -194,32 +182,25 @@ def write(params: Mapping[str, Any], path: str, *, to_format: Optional[str] = No
   Everything is converted before anything is written; files appear atomically.
   """
   path = os.fspath(path)
-  fmt = detect.detect_format(path, to_format, writing=True)
+  fmt = registry.FORMATS[detect.detect_format(path, to_format, writing=True)]
   params = dict(params)
   if drop_head:
-    params.pop('head', None)
-    params.pop('head_dist', None)
-    if fmt == 'timm':  # timm's ViT has no pre-logits layer either
-      params.pop('pre_logits', None)
+    for key in ('head', 'head_dist') + fmt.head_extras:
+      params.pop(key, None)
   # Refuses trees that are no vit_jax model before anything is written.
-  arch.architecture(params, f'Parameters to write to {path}')
-  if fmt == 'npz':  # the options the layout lacks ride along in a record
-    npz.save(params, path, {k: v for k, v in (options or {}).items()
-                            if k in timm.OPTION_KEYS})
-  elif fmt == 'timm':
-    state = timm.from_params(params, path)
-    files.check_writable_file(path)
-    fileio.atomic_write(path, files.safetensors_bytes(state)
-                        if path.lower().endswith('.safetensors') else files.torch_bytes(state))
-  else:
-    state, config, preprocessor = hf.from_params(params, path, options)
-    files.write_hf_dir(state, config, preprocessor, path)
-  return fmt
+  shapes = arch.architecture(params, f'Parameters to write to {path}')
+  family = families.of_config(shapes)
+  if not fmt.container and fmt.name not in family.formats:
+    raise ValueError(f'{path}: the {family.name} family has no {fmt.name} conversion (it '
+                     f'speaks {", ".join(family.formats) or "only containers"}); write .npz '
+                     'instead.')
+  fmt.write(params, path, dict(options or {}))
+  return fmt.name
 
 
 def convert(from_path: str, to_path: str, *, model: Optional[str] = None,
             num_heads: Optional[int] = None, to_format: Optional[str] = None,
-            drop_head: bool = False, exact_gelu: str = 'error',
+            drop_head: bool = False,
             options: Optional[Mapping[str, Any]] = None) -> tuple[Checkpoint, str]:
   """Reads `from_path` in any format and writes it to `to_path`; returns (what was read, format written).
 
@@ -228,8 +209,7 @@ def convert(from_path: str, to_path: str, *, model: Optional[str] = None,
   fileio.check_output(to_path, '--to', [('--from', from_path)])
   # The output format is checked before the (possibly large) input is read.
   detect.detect_format(os.fspath(to_path), to_format, writing=True)
-  ckpt = read(from_path, model=model, num_heads=num_heads, exact_gelu=exact_gelu,
-              options=options)
+  ckpt = read(from_path, model=model, num_heads=num_heads, options=options)
   fmt = write(ckpt.params, to_path, to_format=to_format, drop_head=drop_head,
               options=_model_options(ckpt))
   return ckpt, fmt
@@ -240,3 +220,57 @@ def _model_options(ckpt: Checkpoint) -> dict:
   cfg = models.get_model_config(ckpt.model_name).to_dict()
   cfg.update(ckpt.overrides)
   return {k: cfg[k] for k in ('activation', 'layer_norm_epsilon') if k in cfg}
+
+
+# The built-in formats; timm and transformers are conversions the ViT family speaks.
+
+def _read_npz(path: str, model: Optional[str], num_heads: Optional[int],
+              options: Mapping[str, Any]) -> tuple[Params, Optional[str], dict]:
+  del num_heads
+  params, recorded = npz.load_with_options(path)
+  return params, model, {**recorded, **options}
+
+
+def _read_hf_checkpoint(path: str, model: Optional[str], num_heads: Optional[int],
+                        options: Mapping[str, Any]) -> tuple[Params, Optional[str], dict]:
+  del num_heads
+  params, extras = _read_hf(path)
+  return params, model, {**extras, **options}
+
+
+def _write_npz(params: Params, path: str, options: Mapping[str, Any]) -> None:
+  # The options the published layout lacks ride along in its model record.
+  npz.save(params, path, {k: v for k, v in options.items() if k in timm.OPTION_KEYS})
+
+
+def _timm_params(path: str, num_heads: Optional[int]) -> Params:
+  if num_heads is None:
+    raise ValueError(f'Checkpoint {path} is a timm state dict, which does not '
+                     'record the number of heads; pass num_heads.')
+  return timm.to_params(files.read_state_dict(path), num_heads, path)
+
+
+def _write_timm(params: Params, path: str, options: Mapping[str, Any]) -> None:
+  del options  # a state dict records no options
+  state = timm.from_params(params, path)
+  files.check_writable_file(path)
+  fileio.atomic_write(path, files.safetensors_bytes(state)
+                      if path.lower().endswith('.safetensors') else files.torch_bytes(state))
+
+
+def _write_hf(params: Params, path: str, options: Mapping[str, Any]) -> None:
+  state, config, preprocessor = hf.from_params(params, path, options)
+  files.write_hf_dir(state, config, preprocessor, path)
+
+
+registry.register(registry.Format(
+    'npz', read=_read_npz, read_params=lambda path, num_heads: npz.load(path),
+    write=_write_npz))
+registry.register(registry.Format(
+    'timm', read=_read_timm, read_params=_timm_params, write=_write_timm,
+    head_extras=('pre_logits',),  # timm's ViT has no pre-logits layer either
+    container=False))
+registry.register(registry.Format(
+    'hf', read=_read_hf_checkpoint,
+    read_params=lambda path, num_heads: _read_hf(path)[0], write=_write_hf,
+    container=False))

@@ -1,19 +1,19 @@
-"""The architecture a parameter tree implies, and the preset (plus overrides) that builds it."""
+"""The architecture a parameter tree implies, and the preset (plus overrides) that builds it.
+
+Family-agnostic: the family that owns a tree reads it (`Family.architecture`, `misfits`,
+`checkpoint_fields`, ...); this module only compares with the presets.
+"""
 import dataclasses
-import re
 from typing import Any, Mapping, Optional
 
 from absl import logging
 import flax.linen as nn
-import numpy as np
 
 from vit_jax import models
 from vit_jax.models import families
-from vit_jax.models.formats import timm
+from vit_jax.models.vit import timm
 
 Params = dict[str, Any]
-# Architectures for checkpoints that fit no preset: every field is overridden.
-_BASE_PRESETS = {'vit': 'ViT-B_16', 'hybrid': 'R50+ViT-B_16', 'mixer': 'Mixer-B_16'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,80 +30,27 @@ class Checkpoint:
     return models.get_model(self.model_name, **{**self.overrides, **overrides})
 
 
-def _shape(tree: Mapping[str, Any], *path: str) -> Optional[tuple]:
-  node = tree
-  for key in path:
-    if not isinstance(node, Mapping) or key not in node:
-      return None
-    node = node[key]
-  return tuple(np.shape(node))
+def _family_of_tree(params: Mapping[str, Any], source: str) -> families.Family:
+  """The family whose tree `params` is (each family knows its own)."""
+  for family in families.FAMILIES.values():
+    if family.owns(params):
+      return family
+  raise ValueError(f'{source}: no model family ({", ".join(families.FAMILIES)}) knows '
+                   f'its layers ({", ".join(sorted(params)[:4])}); this fits no vit_jax '
+                   'model.')
 
 
 def architecture(params: Mapping[str, Any], source: str = 'Parameters'
                  ) -> dict:
-  """get_model fields of the ViT/hybrid/Mixer that `params` fit, from their shapes.
+  """get_model fields of the model (of any family) that `params` fit, from their shapes.
 
   `source` starts the error messages ('Checkpoint PATH').
   """
-  if 'stem' in params:
-    stem = _shape(params, 'stem', 'kernel')
-    tok = _shape(params, 'MixerBlock_0', 'token_mixing', 'Dense_0', 'kernel')
-    ch = _shape(params, 'MixerBlock_0', 'channel_mixing', 'Dense_0', 'kernel')
-    if stem is None or tok is None or ch is None or len(stem) != 4:
-      raise ValueError(f'{source}: a Mixer stem but no Mixer blocks; this fits '
-                       'no vit_jax model.')
-    blocks = sum(1 for k in params if re.fullmatch(r'MixerBlock_\d+', k))
-    head = _shape(params, 'head', 'kernel')
-    return {'patches': {'size': tuple(stem[:2])}, 'hidden_dim': stem[3],
-            'num_blocks': blocks, 'tokens_mlp_dim': tok[1],
-            'channels_mlp_dim': ch[1], 'num_classes': head[1] if head else 0}
-  kernel = _shape(params, 'embedding', 'kernel')
-  query = _shape(params, 'Transformer', 'encoderblock_0',
-                 'MultiHeadDotProductAttention_0', 'query', 'kernel')
-  mlp = families.get_path(params, ('Transformer', 'encoderblock_0', 'MlpBlock_0')) or {}
-  dense = _shape(mlp, 'gate' if 'gate' in mlp else 'Dense_0', 'kernel')  # SwiGLU: gate
-  if kernel is None or len(kernel) != 4 or query is None or len(query) != 3 or (
-      dense is None):
-    raise ValueError(f'{source}: no ViT patch embedding and encoder blocks '
-                     '(embedding/kernel, Transformer/encoderblock_0/...); this '
-                     'fits no vit_jax model.')
-  width = kernel[3]
-  if query[0] != width or dense[0] != width:
-    raise ValueError(f'{source}: embedding width {width} but encoder block '
-                     f'width {query[0]}; this fits no vit_jax model.')
-  layers = sum(1 for k in params['Transformer']
-               if re.fullmatch(r'encoderblock_\d+', k))
-  arch: dict[str, Any] = {
-      'patches': {'size': tuple(kernel[:2])},
-      'hidden_size': width,
-      'transformer': {'mlp_dim': dense[1], 'num_heads': query[1],
-                      'num_layers': layers},
-      # timm pools the tokens averaged when it normalises after pooling (fc_norm).
-      'classifier': ('map' if 'MAPHead_0' in params else
-                     'token' if 'cls' in params and 'fc_norm' not in params else 'gap'),
-      'class_token': 'cls' in params,
-      'representation_size': (_shape(params, 'pre_logits', 'kernel') or
-                              (None, None))[1],
-      'num_classes': (_shape(params, 'head', 'kernel') or (None, 0))[1],
-      'resnet': None,
-      'fc_norm': 'fc_norm' in params,
-  }
-  if 'conv_root' in params:
-    root = _shape(params, 'conv_root', 'kernel')
-    units = []
-    i = 1
-    while f'block{i}' in params:
-      units.append(sum(1 for k in params[f'block{i}']
-                       if re.fullmatch(r'unit\d+', k)))
-      i += 1
-    arch['resnet'] = {'num_layers': tuple(units), 'width_factor': root[3] / 64}
-  return arch
+  return _family_of_tree(params, source).architecture(params, source)
 
 
 def _kind(arch: Mapping[str, Any]) -> str:
-  if 'num_blocks' in arch:
-    return 'mixer'
-  return 'hybrid' if arch.get('resnet') else 'vit'
+  return families.of_config(arch).kind(arch)
 
 
 def _fit(preset: str, arch: Mapping[str, Any], ignore_heads: bool = False
@@ -116,25 +63,7 @@ def _fit(preset: str, arch: Mapping[str, Any], ignore_heads: bool = False
   if tuple(cfg['patches']['size']) != tuple(arch['patches']['size']):
     diff.append(f'patch size {tuple(arch["patches"]["size"])} != '
                 f'{tuple(cfg["patches"]["size"])}')
-  if 'num_blocks' in cfg:
-    for key in ('hidden_dim', 'num_blocks', 'tokens_mlp_dim', 'channels_mlp_dim'):
-      if cfg[key] != arch[key]:
-        diff.append(f'{key} {arch[key]} != {cfg[key]}')
-    return diff
-  if cfg['hidden_size'] != arch['hidden_size']:
-    diff.append(f'hidden_size {arch["hidden_size"]} != {cfg["hidden_size"]}')
-  for key in ('mlp_dim', 'num_layers') + (() if ignore_heads else ('num_heads',)):
-    if cfg['transformer'][key] != arch['transformer'][key]:
-      diff.append(f'{key} {arch["transformer"][key]} != {cfg["transformer"][key]}')
-  has_token = cfg['classifier'] in ('token', 'token_unpooled')
-  if has_token != arch['class_token']:
-    diff.append('class token' + (' missing' if has_token else ' present'))
-  if cfg.get('resnet'):
-    resnet = arch['resnet']
-    if tuple(cfg['resnet']['num_layers']) != tuple(resnet['num_layers']) or (
-        cfg['resnet']['width_factor'] != resnet['width_factor']):
-      diff.append(f'resnet {resnet} != {cfg["resnet"]}')
-  return diff
+  return diff + families.of_config(arch).misfits(cfg, arch, ignore_heads)
 
 
 def fitting_presets(arch: Mapping[str, Any], ignore_heads: bool = False) -> list[str]:
@@ -145,31 +74,14 @@ def fitting_presets(arch: Mapping[str, Any], ignore_heads: bool = False) -> list
 
 def describe(arch: Mapping[str, Any]) -> str:
   """A short description of an architecture, for error messages."""
-  if 'num_blocks' in arch:
-    return (f'Mixer width {arch["hidden_dim"]}, {arch["num_blocks"]} blocks, '
-            f'patch {arch["patches"]["size"][0]}')
-  t = arch['transformer']
-  hybrid = f'ResNet {arch["resnet"]["num_layers"]} + ' if arch['resnet'] else ''
-  return (f'{hybrid}width {arch["hidden_size"]}, {t["num_layers"]} layers, MLP '
-          f'{t["mlp_dim"]}, patch {arch["patches"]["size"][0]}')
+  return families.of_config(arch).describe(arch)
 
 
 def differences(got: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
   """Where architecture `got` (a checkpoint's) differs from `want`, as 'width 32 vs 96'."""
   if _kind(got) != _kind(want):
     return [f'{_kind(got)} vs {_kind(want)}']
-  if 'num_blocks' in got:  # Mixer
-    sizes = {'width': 'hidden_dim', 'blocks': 'num_blocks',
-             'token MLP': 'tokens_mlp_dim', 'channel MLP': 'channels_mlp_dim'}
-    pairs = {name: (got[key], want[key]) for name, key in sizes.items()}
-  else:
-    sizes = {'layers': 'num_layers', 'heads': 'num_heads', 'MLP': 'mlp_dim'}
-    pairs = {'width': (got['hidden_size'], want['hidden_size']),
-             **{name: (got['transformer'][key], want['transformer'][key])
-                for name, key in sizes.items()},
-             'class token': tuple('yes' if a['class_token'] else 'no' for a in (got, want)),
-             'ResNet': tuple(a['resnet'] and tuple(a['resnet']['num_layers'])
-                             for a in (got, want))}
+  pairs = families.of_config(got).size_pairs(got, want)
   pairs['patch'] = tuple('x'.join(map(str, a['patches']['size'])) for a in (got, want))
   return [f'{name} {a} vs {b}' for name, (a, b) in pairs.items() if a != b]
 
@@ -199,16 +111,6 @@ def check_fit(path: str, preset: str, arch: Mapping[str, Any],
                      f'{other} (shapes fit: {", ".join(fits) or "no preset"}).')
 
 
-def _variant_fields(params: Params, arch: Mapping[str, Any]) -> dict:
-  """The ViT options the tree fixes (the family's reading), without their defaults."""
-  # Every field, defaults included: a preset with other values (a -reg4 one) must not leak them.
-  out = dict(families.FAMILIES['vit'].fields_from_params(params))
-  out['classifier'] = arch['classifier']
-  if arch['class_token'] != (arch['classifier'] == 'token'):
-    out['class_token'] = arch['class_token']
-  return out
-
-
 def _closest(fits: list[str], fields: Mapping[str, Any]) -> str:
   """The preset among `fits` whose own variant fields agree most with `fields`."""
   def agree(name: str) -> int:
@@ -224,14 +126,8 @@ def as_checkpoint(params: Params, arch: dict, model: Optional[str], fmt: str,
   `options` are the ViT options the format recorded (or the caller gave) and the
   tree does not: activation, LayerNorm epsilon, pooling; they win.
   """
-  free = {'num_classes': arch['num_classes']}
-  if 'num_blocks' not in arch:
-    free['representation_size'] = arch['representation_size']
-    tree = _variant_fields(params, arch)
-    free.update(tree)
-    free.update(options or {})
-    if tree.get('activation') == 'swiglu':  # the tree's gate/value: no caller's guess
-      free['activation'] = 'swiglu'
+  family = families.of_config(arch)
+  free = family.checkpoint_fields(params, arch, options)
   if model is not None:
     preset = resolve_model(model)
     check_fit(path, preset, arch)
@@ -239,13 +135,9 @@ def as_checkpoint(params: Params, arch: dict, model: Optional[str], fmt: str,
   fits = fitting_presets(arch)
   if fits:
     return Checkpoint(params, _closest(fits, free), free, fmt, path)
-  # No preset: the closest family's preset with every architecture field set.
-  overrides = {k: v for k, v in arch.items() if k not in ('transformer', 'class_token')}
-  if 'transformer' in arch:
-    overrides.update(arch['transformer'])
-  if overrides.get('resnet') is None:
-    overrides.pop('resnet', None)
-  overrides.update(free)
-  logging.info('Checkpoint %s fits no preset; using %s with overrides %s', path,
-               _BASE_PRESETS[_kind(arch)], overrides)
-  return Checkpoint(params, _BASE_PRESETS[_kind(arch)], overrides, fmt, path)
+  # No preset: the family's base preset with every architecture field set.
+  base = family.base_preset(arch)
+  overrides = {**family.preset_overrides(arch), **free}
+  logging.info('Checkpoint %s fits no preset; using %s with overrides %s', path, base,
+               overrides)
+  return Checkpoint(params, base, overrides, fmt, path)

@@ -1,22 +1,25 @@
-"""Which checkpoint format a path holds ('npz', 'timm', 'hf'), from its name or its bytes."""
+"""Which checkpoint format a path holds ('npz', 'timm', 'hf' or a registered one), from its name
+or its bytes."""
 import os
 from typing import Optional
 
 from vit_jax import fileio
 from vit_jax.models.formats import files
-from vit_jax.models.formats import hf
 from vit_jax.models.formats import npz
-
-FORMATS = ('npz', 'timm', 'hf')
+from vit_jax.models.formats import registry
+from vit_jax.models.vit import hf
 
 
 def detect_format(path: str, to_format: Optional[str] = None,
                   writing: bool = False) -> str:
-  """The format ('npz', 'timm' or 'hf') of `path`, read off its name (or contents)."""
+  """The format ('npz', 'timm', 'hf', ...) of `path`, read off its name (or contents)."""
   path = os.fspath(path)
-  if to_format is not None and to_format not in FORMATS:
+  if to_format is not None and to_format not in registry.FORMATS:
     raise ValueError(f'Unknown format {to_format!r}; use one of '
-                     f'{", ".join(FORMATS)}.')
+                     f'{", ".join(registry.names())}.')
+  named = registry.by_suffix(path)
+  if to_format is None and named is not None:
+    return named
   lower = path.lower().rstrip('/')
   ext = os.path.splitext(lower)[1]
   if to_format is not None:

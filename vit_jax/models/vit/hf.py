@@ -42,8 +42,6 @@ from vit_jax.models.formats import state as state_lib
 
 Params = dict[str, Any]
 
-# Kept for callers of the exact_gelu argument, which no longer changes anything.
-EXACT_GELU_CHOICES = ('error', 'accept')
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_pytorch_tanh': 'gelu_tanh', 'gelu_new': 'gelu_tanh',
                 'gelu_fast': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}
 _HIDDEN_ACT = {'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh', 'quick_gelu': 'quick_gelu'}
@@ -122,12 +120,8 @@ def vision_config(config: Mapping[str, Any]) -> tuple[str, dict]:
   return model_type, dict(config)
 
 
-def check_config(config: Mapping[str, Any], source: str,
-                 exact_gelu: str = 'error') -> None:
+def check_config(config: Mapping[str, Any], source: str) -> None:
   """Raises a one-line error for a config.json vit_jax cannot reproduce."""
-  if exact_gelu not in EXACT_GELU_CHOICES:
-    raise ValueError(f'exact_gelu={exact_gelu!r}; use one of '
-                     f'{EXACT_GELU_CHOICES}.')
   model_type, config = vision_config(config)
   if model_type in _UNSUPPORTED_TYPES:
     raise ValueError(f'{source} is a transformers {model_type!r} model with '

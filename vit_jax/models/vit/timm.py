@@ -423,9 +423,6 @@ def _attn_to(attn: Mapping[str, Any], b: str, out: dict) -> None:
 
 def from_params(params: Mapping[str, Any], source: str) -> dict[str, np.ndarray]:
   """The vit_jax params tree of a ViT (any variant) or hybrid -> a timm state dict."""
-  if 'stem' in params:
-    raise ValueError(f'Checkpoint {source} is an MLP-Mixer; the timm format '
-                     'here covers ViT and R+ViT hybrids only.')
   if 'pre_logits' in params:
     raise ValueError(f'Checkpoint {source} has a pre-logits layer '
                      '(representation_size), which timm\'s VisionTransformer '
