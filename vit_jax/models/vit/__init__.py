@@ -8,7 +8,8 @@
   flops.py    analytic FLOPs
   family.py   the family class the rest of the package asks (FAMILY)
 
-The names below are the package's public surface (`from vit_jax.models import vit`).
+The names below are the package's public surface (`from vit_jax.models import vit`); the
+modules above document them.
 """
 from vit_jax.models.vit.family import FAMILY
 from vit_jax.models.vit.family import ViTFamily
@@ -40,36 +41,3 @@ from vit_jax.models.vit.tree import fields_from_params
 from vit_jax.models.vit.tree import layer_of
 from vit_jax.models.vit.tree import no_embed_class_of_params
 from vit_jax.models.vit.tree import prefix_tokens_of_params
-
-__all__ = [
-    'FAMILY',
-    'ViTFamily',
-    'forward_flops',
-    'map_head_flops',
-    'transformer_flops',
-    'ACTIVATIONS',
-    'GATED_ACTIVATIONS',
-    'NORMS',
-    'PATCH_EMBEDDINGS',
-    'REMAT_POLICIES',
-    'remat_policy',
-    'BlockConfig',
-    'Encoder',
-    'Encoder1DBlock',
-    'VisionTransformer',
-    'check_options',
-    'encoder',
-    'has_class_token',
-    'num_prefix_tokens',
-    'patch_embedding',
-    'posemb_prefix_tokens',
-    'OPTIONS',
-    'POSEMB_PATH',
-    'adapt_posemb',
-    'embed',
-    'encode',
-    'fields_from_params',
-    'layer_of',
-    'no_embed_class_of_params',
-    'prefix_tokens_of_params',
-]
