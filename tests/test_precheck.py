@@ -54,6 +54,16 @@ class PrecheckTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, r"config.evals.test.dataset: Unknown dataset 'cifar'"):
       precheck.check_datasets(_config(**{'evals.test.dataset': 'cifar', 'evals.test.every': 5}))
 
+  def test_splits_of_an_embedded_dataset(self):
+    self.assertEqual(precheck.split_names('train[:800]+ test[5%:]'), ['train', 'test'])
+    precheck.check_datasets(_config(train_split='train[:800]+train[900:]', eval_split='test'))
+    with self.assertRaisesRegex(ValueError, r"config.train_split='trian\[:90%\]': mnist5k has "
+                                r"no split 'trian'; did you mean train\?"):
+      precheck.check_datasets(_config(train_split='trian[:90%]'))
+    with self.assertRaisesRegex(ValueError, r"eval_split='validation': digits has no split "
+                                r"'validation'; its splits are test, train."):
+      precheck.check_datasets(_config(dataset='digits', eval_split='validation'))
+
   def test_manual_archives_unless_prepared(self):
     root = self.create_tempdir().full_path
     config = _config(dataset='imagenet2012', data_dir=root)

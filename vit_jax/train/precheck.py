@@ -128,6 +128,24 @@ def _data_dir(config: ml_collections.ConfigDict) -> str:
           os.path.join(os.path.expanduser('~'), 'tensorflow_datasets'))
 
 
+def split_names(expression: str) -> list[str]:
+  """The split names of a TFDS split expression: 'train[:800]+test' -> ['train', 'test']."""
+  return [part.split('[')[0].strip() for part in expression.split('+') if part.strip()]
+
+
+def check_splits(config: ml_collections.ConfigDict, spec: Any) -> None:
+  """train_split and eval_split name splits of an embedded dataset (whose splits are known)."""
+  if spec is None or not spec.local:
+    return  # a TFDS dataset's splits are known once TFDS reads its metadata
+  known = sorted({n for e in (spec.train_split, spec.eval_split) for n in split_names(e)})
+  for key in ('train_split', 'eval_split'):
+    unknown = [n for n in split_names(config.get(key) or '') if n not in known]
+    if unknown:
+      hint = errors.did_you_mean(unknown[0], known)
+      raise ValueError(f'config.{key}={config[key]!r}: {config.dataset} has no split '
+                       f'{unknown[0]!r}; {hint or "its splits are " + ", ".join(known)}.')
+
+
 def check_datasets(config: ml_collections.ConfigDict) -> None:
   """Dataset names (training and evaluations), and manually downloaded files that are missing."""
   catalog.check_name(config.dataset)
@@ -140,6 +158,7 @@ def check_datasets(config: ml_collections.ConfigDict) -> None:
       except ValueError as e:
         raise ValueError(f'config.evals.{name}.dataset: {e}') from None
   spec = catalog.DATASETS.get(config.dataset)
+  check_splits(config, spec)
   root = _data_dir(config)
   if spec is None or not spec.manual_files or fileio.is_remote(root):
     return
