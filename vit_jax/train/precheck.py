@@ -143,7 +143,7 @@ def check_splits(config: ml_collections.ConfigDict, spec: Any) -> None:
     if unknown:
       hint = errors.did_you_mean(unknown[0], known)
       raise ValueError(f'config.{key}={config[key]!r}: {config.dataset} has no split '
-                       f'{unknown[0]!r}; {hint or "its splits are " + ", ".join(known)}.')
+                       f'{unknown[0]!r}; ' + (hint or f'its splits are {", ".join(known)}.'))
 
 
 def check_datasets(config: ml_collections.ConfigDict) -> None:
