@@ -75,11 +75,11 @@ def load_pretrained(*,
   # trained with it), so transformers' exact-GELU configs are accepted here.
   tree = formats.read_params(
       pretrained_path, num_heads=transformer.get('num_heads'), exact_gelu='accept')
-  name = model_config.get('model_name') or 'the model'
   if strict:  # strict=False is the API's way to load another depth on purpose
     _check_architecture(tree, init_params, pretrained_path)
   restored = npz.flatten(tree)
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
+  name = model_config.get('model_name') or 'the model'
   # Prefix tokens (class, distillation, registers) only one side has: the model's
   # start fresh, the checkpoint's are dropped.
   prefix_keys = set(family.prefix_keys) | (
