@@ -171,8 +171,8 @@ def check_datasets(config: ml_collections.ConfigDict) -> None:
   if missing:
     raise FileNotFoundError(
         f'{config.dataset} needs the manually downloaded {", ".join(missing)} in {manual} '
-        '(not prepared in ' + root + '); download them there, or set --config.manual_dir '
-        'to where they are.')
+        f'(not prepared in {root}); download them there, or set --config.manual_dir to '
+        'where they are.')
 
 
 def check(config: ml_collections.ConfigDict) -> tuple[Any, Any]:
