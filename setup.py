@@ -81,4 +81,6 @@ setuptools.setup(
     python_requires='>=3.11',
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
+    # vit-jax COMMAND: every python -m vit_jax.X command (python -m vit_jax lists them).
+    entry_points={'console_scripts': ['vit-jax=vit_jax.cli.commands:main']},
 )

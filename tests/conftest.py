@@ -72,7 +72,7 @@ _SLOW_FILES = {'test_train.py': 138, 'test_dino.py': 122, 'test_run_lifecycle.py
                'test_notebook.py': 34, 'test_model_contract.py': 34,
                # Added 2026-11-28 (alone, -n 0, on shared cores): the evaluation protocols.
                'test_linear_protocols.py': 80, 'test_real.py': 70, 'test_vtab.py': 70,
-               'test_error_wording.py': 40,
+               'test_error_wording.py': 40, 'test_entry.py': 40,
                # Added 2026-11-28 (issue 46): runs under a file-size limit and a full tmpfs.
                'test_disk_faults.py': 60}
 

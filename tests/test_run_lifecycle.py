@@ -24,6 +24,7 @@ from vit_jax.models import from_config
 from vit_jax.train import loop
 from vit_jax.train import optimizers
 from vit_jax.train import preemption
+from vit_jax.train import resume
 from vit_jax.train import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -145,6 +146,20 @@ class FinishedRunTest(absltest.TestCase):
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     self.assertIn('holds a finished run (step 8 of 8', out.stderr)
     self.assertEqual(_tree(workdir), before)
+    # The hint holds: raising total_steps alone is refused with the same hint, and doing
+    # what it says trains on from the finished step.
+    self.assertIn(resume.TRAIN_ON, said)
+    flags = dict(re.findall(r'--config\.(\w+)(?:=(\S+))?', resume.TRAIN_ON))
+    self.assertEqual(flags, {'total_steps': '', 'allow_config_change': 'True'})
+    with self.assertRaisesRegex(ValueError, r'written for total_steps=8: ' +
+                                re.escape(resume.TRAIN_ON)):
+      loop.train_and_evaluate(test_train.tiny_config(total_steps=10), workdir,
+                              devices=jax.devices()[:1])
+    self.assertEqual(_tree(workdir), before)
+    longer = loop.train_and_evaluate(
+        test_train.tiny_config(total_steps=10, allow_config_change=True), workdir,
+        devices=jax.devices()[:1])
+    self.assertEqual(longer['step'], 10)
 
 
 class FailedStartTest(absltest.TestCase):
@@ -162,7 +177,9 @@ class FailedStartTest(absltest.TestCase):
   def test_new_workdir_is_removed_with_the_parents_it_made(self):
     root = self.create_tempdir().full_path
     workdir = os.path.join(root, 'runs', 'today', 'run')
-    with self.assertRaisesRegex(ValueError, 'misfit.npz'):
+    # One line naming the sizes that differ (issue 47), not the parameter names.
+    with self.assertRaisesRegex(ValueError, r'misfit.npz is a ViT 24w x \d+L, 7px patches, '
+                                r'the model a ViT 16w x \d+L, 7px patches \(width 24 vs 16'):
       loop.train_and_evaluate(test_train.tiny_config(pretrained_path=self.misfit),
                               workdir, devices=jax.devices()[:1])
     self.assertEqual(os.listdir(root), [])

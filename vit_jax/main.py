@@ -1,4 +1,4 @@
-r"""Trains and evaluates a model: python -m vit_jax.main --config=CONFIG --workdir=DIR.
+r"""Trains and evaluates a model: --config=CONFIG --workdir=DIR (python -m vit_jax.main, vit-jax train).
 
   python -m vit_jax.main --config=quickstart --workdir=/tmp/vit_quickstart
   python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --workdir=/tmp/b16 \
@@ -23,6 +23,7 @@ if __name__ == '__main__':
   train_flags.exit_on_help(sys.argv)
   rest = train_flags.parse_flags(sys.argv)  # a mistake: one line, exit status 2
   train_flags.exit_on_print_config()
+  train_flags.exit_on_missing()
   train_flags.retain_host_memory()  # before JAX starts its CPU threads
   # The config checks that need no devices or TensorFlow (a second's imports, not --help's).
   from vit_jax.cli import early  # pylint: disable=g-import-not-at-top

@@ -9,6 +9,7 @@ from absl import logging
 from vit_jax import errors
 from vit_jax.inference import load
 from vit_jax.models import formats
+from vit_jax.models import naming
 
 FLAGS = flags.FLAGS
 
@@ -46,9 +47,8 @@ def main(argv: Sequence[str]) -> None:
       load.resolve_checkpoint(FLAGS['from'].value), os.path.expanduser(FLAGS.to),
       model=FLAGS.model, num_heads=FLAGS.num_heads,
       to_format=FLAGS.to_format, drop_head=FLAGS.drop_head, options=options)
-  custom = ' with overrides' if set(ckpt.overrides) - {
-      'num_classes', 'representation_size'} else ''
-  print(f'{ckpt.path} ({ckpt.format}, {ckpt.model_name}{custom}, '
+  name = naming.label(ckpt.get_model(), ckpt.model_name)
+  print(f'{ckpt.path} ({ckpt.format}, {name}, '
         f'{ckpt.overrides.get("num_classes") or "no"} classes) -> {FLAGS.to} '
         f'({fmt})')
 

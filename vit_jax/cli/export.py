@@ -12,6 +12,7 @@ from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.cli import common
 from vit_jax.inference import load
+from vit_jax.models import naming
 
 FLAGS = flags.FLAGS
 
@@ -41,7 +42,8 @@ def main(argv: Sequence[str]) -> None:
   usage = serving.export(loaded.model, loaded.params, loaded.resolution,
                          FLAGS.format, FLAGS.output,
                          pp=workdir_pp(checkpoint))
-  print(f'Wrote {FLAGS.output} ({FLAGS.format}, {loaded.name}, '
+  name = naming.label(loaded.model, loaded.name)
+  print(f'Wrote {FLAGS.output} ({FLAGS.format}, {name}, '
         f'{loaded.resolution}px, {loaded.num_classes} classes). Run: {usage}')
 
 

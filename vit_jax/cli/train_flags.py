@@ -15,6 +15,7 @@ from ml_collections import config_flags
 
 from vit_jax import configs
 from vit_jax import errors
+from vit_jax.cli import config_text
 from vit_jax.configs import base
 from vit_jax.configs import experiments
 from vit_jax.configs import original_keys
@@ -60,8 +61,22 @@ def exit_on_print_config() -> None:
     sys.exit(errors.USER_ERROR)
   config = CONFIG.value
   expand_home(config)
-  print(config, end='')
+  print(config_text.to_yaml(config), end='')
   sys.exit(0)
+
+
+def exit_on_missing(prog: str = 'vit_jax') -> None:
+  """A missing --config or --workdir: one line and exit status 2 (not absl's whole usage)."""
+  if CONFIG.value is None:
+    message = ('--config is needed, e.g. --config=quickstart (python -m vit_jax.list configs '
+               'lists the shipped ones).')
+  elif not WORKDIR.value:
+    message = ('--workdir is needed: the directory for the checkpoints, metrics and '
+               'params.npz, e.g. --workdir=/tmp/vit_run.')
+  else:
+    return
+  print(f'{prog}: error: {message}', file=sys.stderr)
+  sys.exit(errors.USER_ERROR)
 
 
 # Config keys holding local paths; the shell leaves `~` in `--flag=~/x` to us.
@@ -126,10 +141,29 @@ def parse_flags(argv: list[str]) -> list[str]:
     else:
       text = '\n'.join(f'{type(x).__name__}: {x}' for x in _chain(e))
       hinted = 'Did you mean' in text  # config_flags found a close key: name it
-      message = (not hinted and _unknown_key(e, argv)) or _one_line(text)
+      message = (_unknown_flag(e, argv) or (not hinted and _unknown_key(e, argv)) or
+                 _one_line(text))
       message = _with_unknown_keys(message, argv)
   print(f'vit_jax: error: {message}', file=sys.stderr)
   sys.exit(2)
+
+
+def _unknown_flag(e: BaseException, argv: list[str]) -> Optional[str]:
+  """'unknown flag --batch=64; did you mean --config.batch=64?' for another trainer's habit."""
+  unknown = next((x for x in _chain(e) if isinstance(x, flags.UnrecognizedFlagError)), None)
+  if unknown is None:
+    return None
+  name = unknown.flagname
+  given = next((a for a in argv if re.match(rf'--?{re.escape(name)}(=|$)', a)), f'--{name}')
+  value = given.partition('=')[2]
+  if name in ('output', 'output_dir', 'out'):
+    return f'unknown flag {given}; did you mean --workdir={value or "DIR"}?'
+  key = config_text.config_key_for_flag(name, base.get_base_config())
+  if key is None:
+    return (f'unknown flag {given}; config keys are set as --config.KEY=VALUE '
+            '(vit_jax/configs/base.py lists every key).')
+  note = (' (a number of steps, not epochs)' if name in ('epochs', 'warmup_epochs') else '')
+  return f'unknown flag {given}; did you mean --config.{key}={value or "VALUE"}?{note}'
 
 
 def _unknown_key(e: BaseException, argv: list[str]) -> Optional[str]:

@@ -9,7 +9,6 @@ import os
 import ml_collections
 
 from vit_jax.configs import base
-from vit_jax.configs import recipes
 
 get_base_config = base.get_base_config
 

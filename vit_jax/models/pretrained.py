@@ -14,6 +14,7 @@ import numpy as np
 
 from vit_jax.models import families
 from vit_jax.models import formats
+from vit_jax.models import naming
 from vit_jax.models.formats import npz
 from vit_jax.models.posemb import interpolate_posemb
 
@@ -30,6 +31,22 @@ def _summary(keys: Sequence[str], limit: int = 6) -> str:
   keys = sorted(keys)
   more = f' (+{len(keys) - limit} more)' if len(keys) > limit else ''
   return ', '.join(keys[:limit]) + more
+
+
+def _check_architecture(tree: Mapping[str, Any], init_params: Mapping[str, Any],
+                        path: str) -> None:
+  """One line naming where another model's checkpoint differs (width, layers, ...)."""
+  try:
+    got, want = formats.architecture(tree), formats.architecture(init_params)
+  except ValueError:
+    return  # trees these sizes do not describe: the parameter check names the misfit
+  # A class token only one side has is fine-tuned anew, as the head is.
+  diff = [d for d in formats.architecture_differences(got, want)
+          if not d.startswith('class token')]
+  if diff:
+    raise ValueError(f'Checkpoint {path} is a {naming.describe(got)}, the model a '
+                     f'{naming.describe(want)} ({", ".join(diff[:3])}); set '
+                     '--config.model_name (and --config.model.*) to what it was trained as.')
 
 
 def load_pretrained(*,
@@ -55,6 +72,8 @@ def load_pretrained(*,
   family = families.of_config(model_config)
   transformer = model_config.get('transformer') or {}
   tree = formats.read_params(pretrained_path, num_heads=transformer.get('num_heads'))
+  if strict:  # strict=False is the API's way to load another depth on purpose
+    _check_architecture(tree, init_params, pretrained_path)
   restored = npz.flatten(tree)
   init = {k: np.asarray(v) for k, v in npz.flatten(init_params).items()}
   name = model_config.get('model_name') or 'the model'

@@ -29,6 +29,7 @@ from vit_jax import rundir
 from vit_jax.data import pipeline
 from vit_jax.data import view_counts
 from vit_jax.models import families
+from vit_jax.models import naming
 from vit_jax.parallel import peaks
 from vit_jax.parallel import sharding
 from vit_jax.train import checkpointer
@@ -109,9 +110,9 @@ def final_metrics(workdir: str, total_steps: int) -> dict:
     if record.get('step') == total_steps:
       final.update(record)
   logging.info('%s holds a finished run (step %d of %d, %s written): nothing to do. '
-               'Final metrics: %s. Raise --config.total_steps to train on, or use '
-               'another --workdir.', workdir, total_steps, total_steps, rundir.PARAMS_FILE,
-               writers.format_scalars(final) or 'none recorded')
+               'Final metrics: %s. To go on: %s; or use another --workdir.', workdir,
+               total_steps, total_steps, rundir.PARAMS_FILE,
+               writers.format_scalars(final) or 'none recorded', resume.TRAIN_ON)
   return {**final, 'step': total_steps}
 
 
@@ -125,7 +126,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
   evals = evaluators.create(config, evaluators.Context(
       config, model, mesh, objective.example_loss))
   monitor = _Monitor(config, objective, writer, ckpt)
-  _log_start(config, info, mesh, state, start)
+  _log_start(config, info, mesh, state, start, model)
   final = {}
   with preemption.SignalFlag() as stop:
     batches = pipeline.make_train_iterator(config, mesh, start_step=start)
@@ -244,10 +245,11 @@ def _initial_state(config, mesh, objective, tx, ckpt) -> tuple[Any, Any, int]:
   return state, shardings, 0
 
 
-def _log_start(config, info, mesh, state, start: int) -> None:
+def _log_start(config, info, mesh, state, start: int, model) -> None:
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
   logging.info('%s: %s parameters; %s: %d train / %d eval examples, %d classes; '
-               'mesh %s; batch %d (accum %d); steps %d..%d.', config.model_name,
+               'mesh %s; batch %d (accum %d); steps %d..%d.',
+               naming.label(model, config.model_name),
                f'{n_params:,}', info.name, info.num_train, info.num_eval,
                info.num_classes, dict(mesh.shape), config.batch, config.accum_steps,
                start, config.total_steps)

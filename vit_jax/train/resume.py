@@ -53,6 +53,12 @@ FIELDS = (
 )
 
 
+# What a finished run's re-run says, and what the refusal of a raised total_steps repeats:
+# the flags that train on, and what that changes.
+TRAIN_ON = ('raise --config.total_steps and pass --config.allow_config_change=True to train '
+            'on (the learning-rate schedule is then recomputed for the new total)')
+
+
 def changes_math(key: str) -> bool:
   """Whether a change of the dotted config key changes the training math."""
   for pattern, math in FIELDS:
@@ -143,6 +149,10 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> Changes:
   changes = compare(config, workdir)
   math = changes.math
   if math and not config.get('allow_config_change', False):
+    if math == ['total_steps']:
+      raise ValueError(
+          f'{os.path.join(workdir, CONFIG_FILE)} was written for total_steps='
+          f'{changes.fields["total_steps"][0]}: {TRAIN_ON}, or use a new --workdir.')
     raise ValueError(
         f'{os.path.join(workdir, CONFIG_FILE)} was written with another config, and '
         f'these fields change the training math: {changes.describe(math)}. Resume with '
