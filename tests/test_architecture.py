@@ -16,7 +16,7 @@ STAGES = ('errors', 'fileio', 'rundir', 'option_rules', 'models', 'parallel', 'd
 # vit_jax.checkpoint is the public face of the models stage's checkpoint formats.
 ALIASES = {'checkpoint': 'models'}
 # Top-level modules outside the stages: the package and the command entry points.
-ENTRY = {'__init__': (), 'main': ('cli',), 'predict': ('cli',),
+ENTRY = {'__init__': (), '__main__': ('cli',), 'main': ('cli',), 'predict': ('cli',),
          'visualize': ('cli',), 'fewshot': ('cli',), 'convert': ('cli',),
          'export': ('cli',), 'plot': ('cli',), 'evaluate': ('cli',), 'list': ('cli',),
          'analyze': ('cli',), 'vtab': ('cli',)}
