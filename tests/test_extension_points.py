@@ -236,7 +236,7 @@ class ExtensionTest(absltest.TestCase):
     # Evaluation reports the objective's own per-example loss: at most 2 * weight.
     self.assertBetween(result['loss_test'], 0.0, 6.0)
     # The base class's export: the model's parameters, nothing beside them.
-    exported = checkpoint.load(os.path.join(workdir, loop.PARAMS_FILE))
+    exported = checkpoint.load(os.path.join(workdir, rundir.PARAMS_FILE))
     self.assertContainsSubset({'embedding', 'Transformer', 'head'}, exported)
     self.assertFalse(os.path.exists(os.path.join(workdir, 'squared_error_params.npz')))
     config.objectives.squared_error = {'wieght': 3.0}

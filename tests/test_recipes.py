@@ -53,13 +53,13 @@ EXPECTED = {
         **FINETUNE, 'model_name': 'ViT-B_16', 'dataset': 'cifar10',
         'base_lr': 0.01, 'total_steps': 10_000, 'warmup_steps': 500,
         'train_split': 'train[:98%]', 'evals.minival.split': 'train[98%:]',
-        'evals.minival.every': 1000, 'model.dropout_rate': -1.0,
+        'evals.minival.every': 1000, 'model.dropout_rate': None,
         'pretrained_dir': 'gs://vit_models/imagenet21k'},
     'vit.py:l16,imagenet2012': {
         **FINETUNE, 'model_name': 'ViT-L_16', 'dataset': 'imagenet2012',
         'base_lr': 0.03, 'total_steps': 20_000, 'warmup_steps': 500,
         'train_split': 'train[:99%]', 'evals.minival.split': 'train[99%:]',
-        'evals.minival.every': 1000, 'model.dropout_rate': -1.0},
+        'evals.minival.every': 1000, 'model.dropout_rate': None},
     f'augreg.py:{AUGREG_L16},oxford_iiit_pet': {
         **FINETUNE, 'model_name': 'ViT-L_16', 'dataset': 'oxford_iiit_pet',
         'base_lr': 0.03, 'total_steps': 500, 'warmup_steps': 100,

@@ -216,7 +216,7 @@ class ProtocolTest(absltest.TestCase):
         ([f'--checkpoint={workdir}/missing.npz'], 'missing.npz does not exist'),
         (['--report_only', '--tasks=demo'], '2 task(s) not finished'),
         # The quickstart's model (width 96) is not the tiny checkpoint's (width 64).
-        (['--tasks=demo_digits'], 'does not fit ViT-Ti_16'),
+        (['--tasks=demo_digits'], 'the model a ViT 96w x 6L, 7px patches (width 64 vs 96'),
     ]:
       code, err = _vtab(*base, *args)
       self.assertEqual(code, 2, err)

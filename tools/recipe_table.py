@@ -24,7 +24,7 @@ HEADER = ('| config | model | dataset | lr | wd | decay | steps (warm-up) | clip
 
 
 def _dropout(c) -> str:
-  if c.model.dropout_rate >= 0:
+  if c.model.dropout_rate is not None:  # None: the preset's
     rate = c.model.dropout_rate
   else:
     preset = models.get_model_config(c.model_name)

@@ -24,14 +24,14 @@ def main(argv: Sequence[str]) -> None:
   """Trains this worker's runs; the worker that finds every task finished writes the results."""
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  # vit_jax.main's filter: the libraries' INFO chatter (orbax, TFDS) stays out of the log.
-  quiet = main_cli._QuietLibraries()  # pylint: disable=protected-access
-  logging.get_absl_handler().addFilter(quiet)
-  if not FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.INFO)  # each run's progress, as vit_jax.main shows it
   config = train_flags.CONFIG.value
   vtab_flags.check(config, FLAGS)  # again: tests and notebooks call main without the entry
   workdir = os.path.expanduser(train_flags.WORKDIR.value)
+  # vit_jax.main's filter: the libraries' INFO chatter (orbax, TFDS) stays out of the log.
+  quiet = main_cli._QuietLibraries(workdir)  # pylint: disable=protected-access
+  logging.get_absl_handler().addFilter(quiet)
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.INFO)  # each run's progress, as vit_jax.main shows it
   tasks = vtab_runs.select_tasks(config.vtab.tasks)
   meta = vtab_worker.describe(config, tasks)
   if FLAGS.report_only:
