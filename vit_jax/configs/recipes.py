@@ -405,6 +405,31 @@ def apply_dino_pretrain(c: ml_collections.ConfigDict, dataset: str) -> None:
   apply_dino_views(c)
 
 
+# big_vision's plain ViT ("Better plain ViT baselines for ImageNet-1k", Beyer, Zhai and
+# Kolesnikov 2022; big_vision configs/vit_s16_i1k.py, 76.5% top-1 for ViT-S/16 in 90
+# epochs): AugReg's light2 pre-training (RandAugment (2, 10), Mixup 0.2, Adam lr 1e-3,
+# decoupled wd 1e-4, 10k warm-up, cosine, clipping at 1, bf16 first moment, no dropout)
+# at batch 1024 for 90 epochs, global average pooling, fixed 2-D sin-cos position
+# embeddings, and the tanh pre-logits of the model's width (rep_size=True).
+PLAIN_VIT_BATCH = 1024
+PLAIN_VIT_EPOCHS = 90
+
+
+def apply_plain_vit(c: ml_collections.ConfigDict, dataset: str) -> None:
+  """big_vision's plain ViT recipe for c.model_name on dataset (90 epochs, batch 1024)."""
+  apply_augreg_pretrain(c, dataset, c.model_name, 'light2')
+  c.batch = PLAIN_VIT_BATCH
+  c.batch_eval = PLAIN_VIT_BATCH
+  c.total_steps = _epoch_steps(dataset, c.batch, PLAIN_VIT_EPOCHS) or OTHER_PRETRAIN_STEPS
+  c.model.classifier = 'gap'
+  c.model.posemb = 'sincos2d'
+  c.objectives.supervised.loss = 'softmax_xent'
+  if dataset == 'imagenet2012':  # big_vision holds out 1% of train as minival
+    c.train_split = 'train[:99%]'
+    c.evals.minival.split = 'train[99%:]'
+    c.evals.minival.every = c.evals.test.every
+
+
 def apply_quickstart_model(c: ml_collections.ConfigDict) -> None:
   """The quickstart's ViT: width 96, 6 blocks, 7x7 patches (16 tokens of a 28px digit)."""
   c.model_name = 'ViT-Ti_16'

@@ -193,6 +193,8 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
       os.path.join(os.path.dirname(checkpoint_path), CONFIG_FILE) if from_workdir else None,
       model_name)
   tokens = family.patch_tokens(model, params)
+  if tokens is None and getattr(model, 'posemb', 'learn') == 'sincos2d':
+    return _load_fixed_posemb(model_name, model, params, checkpoint_path, resolution)
   if tokens is None:
     raise ValueError(f'Checkpoint {checkpoint_path} lacks the parameters that fix the '
                      f'patch grid of a {family.name} model, so it does not fit model '
@@ -216,6 +218,25 @@ def load_model(model_name: Optional[str], checkpoint_path: str,
     # Every prefix token the embedding covers (class, distillation, registers) keeps its own.
     node[leaf] = checkpoint.interpolate_posemb(
         np.asarray(node[leaf]), (new_grid, new_grid), family.posemb_prefix_tokens(model))
+  _check_fits(model, params, resolution, checkpoint_path, model_name)
+  params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+  return LoadedModel(model_name, model, params, resolution)
+
+
+def _load_fixed_posemb(model_name: str, model: nn.Module, params: Any, checkpoint_path: str,
+                       resolution: Optional[int]) -> LoadedModel:
+  """A posemb=sincos2d model: its table is recomputed at any grid, so the tree fixes none.
+
+  The resolution is `resolution`, else the crop of the run beside the checkpoint.
+  """
+  if resolution is None:
+    pp = (workdir_config(checkpoint_path) or {}).get('pp') or {}
+    resolution = pp.get('crop') if isinstance(pp, Mapping) else None
+  stride = int(model.patches['size'][0])
+  if (model.resnet is not None or not isinstance(resolution, int) or resolution <= 0 or
+      resolution % stride):
+    raise ValueError(f'{checkpoint_path}: model {model_name!r} has a fixed sin-cos position '
+                     f'embedding; pass --resolution (a multiple of {stride} pixels).')
   _check_fits(model, params, resolution, checkpoint_path, model_name)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
   return LoadedModel(model_name, model, params, resolution)

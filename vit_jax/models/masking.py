@@ -32,16 +32,26 @@ def unpatchify(patches: jax.Array, grid: tuple[int, int],
   return x.reshape(n, gh * ph, gw * pw, c)
 
 
-def sincos_posemb(grid: tuple[int, int], width: int) -> np.ndarray:
-  """Fixed 2D sin-cos position embeddings [gh * gw, width] (MAE's choice).
+SINCOS_LAYOUTS = ('mae', 'big_vision')
 
-  Half the channels encode the row, half the column, each as sines and cosines of
-  the position at frequencies 1 / 10000^(i / (width / 4)).
+
+def sincos_posemb(grid: tuple[int, int], width: int, layout: str = 'mae',
+                  temperature: float = 10000.0) -> np.ndarray:
+  """Fixed 2D sin-cos position embeddings [gh * gw, width].
+
+  A quarter of the channels each: sin and cos of one coordinate times the
+  frequencies 1 / temperature^(i / n), i < width / 4. 'mae' (MAE's table): rows then
+  columns, n = width / 4; 'big_vision' (posemb_sincos_2d of the plain ViT): columns
+  then rows, n = width / 4 - 1 (the last frequency is exactly 1 / temperature).
   """
   if width % 4:
     raise ValueError(f'2D sin-cos position embeddings need a width divisible by 4, '
                      f'got {width}.')
-  omega = 1.0 / 10000 ** (np.arange(width // 4, dtype=np.float64) / (width / 4))
+  if layout not in SINCOS_LAYOUTS:
+    raise ValueError(f'Unknown sin-cos layout {layout!r}; use one of {SINCOS_LAYOUTS}.')
+  quarter = width // 4
+  steps = quarter if layout == 'mae' else max(quarter - 1, 1)
+  omega = 1.0 / temperature ** (np.arange(quarter, dtype=np.float64) / steps)
 
   def encode(positions: np.ndarray) -> np.ndarray:
     angles = positions.reshape(-1)[:, None] * omega[None]
@@ -49,7 +59,8 @@ def sincos_posemb(grid: tuple[int, int], width: int) -> np.ndarray:
 
   rows, cols = np.meshgrid(np.arange(grid[0], dtype=np.float64),
                            np.arange(grid[1], dtype=np.float64), indexing='ij')
-  return np.concatenate([encode(rows), encode(cols)], axis=1).astype(np.float32)
+  first, second = (rows, cols) if layout == 'mae' else (cols, rows)
+  return np.concatenate([encode(first), encode(second)], axis=1).astype(np.float32)
 
 
 class Mask(NamedTuple):

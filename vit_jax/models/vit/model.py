@@ -10,6 +10,7 @@ Tokens are [class?, distillation?, registers..., patches] (prefix tokens first;
 `num_prefix_tokens(model)` below counts them, as timm's `num_prefix_tokens`).
 """
 import dataclasses
+import math
 from typing import Any, Mapping, Optional
 
 import flax.linen as nn
@@ -17,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import attention as attention_lib
+from vit_jax.models import masking
 from vit_jax.models import resnet
 from vit_jax.models.vit import layers
 from vit_jax.models.vit import options
@@ -112,6 +114,7 @@ class Encoder(nn.Module):
   # position embedding covers only the patch tokens after them.
   num_prefix_tokens: int = 0
   no_embed_class: bool = False
+  posemb: str = 'learn'    # 'sincos2d': a fixed table of the patch grid, no parameter
   pre_norm: bool = False   # CLIP's norm before the blocks: pre_norm
   block: Any = Encoder1DBlock  # the block class (a model's `block`)
 
@@ -122,11 +125,15 @@ class Encoder(nn.Module):
     return impl == 'cudnn' and not (train and c.attention_dropout_rate > 0)
 
   @nn.compact
-  def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
+  def __call__(self, x: jax.Array, *, train: bool,
+               grid: Optional[tuple[int, int]] = None) -> jax.Array:
+    """The blocks on [prefix + patch] tokens; `grid` (rows, cols): default square."""
     c = self.config
     policy = layers.remat_policy(self.remat)
     if self.add_position_embedding:
-      if self.no_embed_class:
+      if self.posemb == 'sincos2d':
+        x = self._add_sincos(x, grid)
+      elif self.no_embed_class:
         lead = self.num_prefix_tokens
         x = jnp.concatenate(
             [x[:, :lead], layers.AddPositionEmbs(name='posembed_input')(x[:, lead:])],
@@ -156,6 +163,17 @@ class Encoder(nn.Module):
     if self.final_norm:
       x = c.make_norm('encoder_norm')(x)
     return x[:, :tokens]
+
+  def _add_sincos(self, x: jax.Array, grid: Optional[tuple[int, int]]) -> jax.Array:
+    """x with big_vision's fixed sin-cos table added to its patch tokens."""
+    lead = self.num_prefix_tokens
+    if grid is None:
+      side = math.isqrt(x.shape[1] - lead)
+      grid = (side, side)
+    if grid[0] * grid[1] != x.shape[1] - lead:
+      raise ValueError(f'{x.shape[1] - lead} patch tokens do not form the grid {grid}.')
+    table = masking.sincos_posemb(tuple(grid), x.shape[-1], layout='big_vision')
+    return jnp.concatenate([x[:, :lead], x[:, lead:] + jnp.asarray(table, x.dtype)], axis=1)
 
   def _scan_blocks(self, x: jax.Array, rates: list, policy: str,
                    train: bool, valid: Optional[int]) -> jax.Array:
@@ -212,6 +230,7 @@ class VisionTransformer(nn.Module):
   num_registers: int = 0
   distilled: bool = False
   no_embed_class: bool = False
+  posemb: str = 'learn'
   layer_scale: Optional[float] = None  # init value; None or 0: no layer scale
   qk_norm: bool = False
   pre_norm: bool = False
@@ -243,13 +262,13 @@ class VisionTransformer(nn.Module):
   def __call__(self, inputs: jax.Array, *, train: bool = False) -> jax.Array:
     if inputs.ndim != 4:
       raise ValueError(f'Expected NHWC images, got shape {inputs.shape}.')
-    prefix, x = self._embed_tokens(inputs)
+    prefix, x, grid = self._embed_tokens(inputs)
     x = encoder(self, name='Transformer')(jnp.concatenate(prefix + [x], axis=1),
-                                          train=train)
+                                          train=train, grid=grid)
     return self._head(x)
 
-  def _embed_tokens(self, inputs: jax.Array) -> tuple[list, jax.Array]:
-    """(prefix tokens [n, 1 or R, D] each, patch tokens [n, h * w, D]), no posemb."""
+  def _embed_tokens(self, inputs: jax.Array) -> tuple[list, jax.Array, tuple[int, int]]:
+    """(prefix tokens [n, 1 or R, D] each, patch tokens [n, h * w, D], (h, w)), no posemb."""
     x = inputs.astype(self.dtype)
     if self.resnet is not None:
       x = resnet.apply_resnet(x, tuple(self.resnet['num_layers']),
@@ -271,7 +290,7 @@ class VisionTransformer(nn.Module):
     if self.num_registers:
       prefix.append(tile(self.param('registers', nn.initializers.normal(1e-6),
                                     (1, self.num_registers, c))))
-    return prefix, x
+    return prefix, x, (h, w)
 
   def _head(self, x: jax.Array) -> jax.Array:
     """Pooling, fc_norm, pre-logits and head(s) on the encoder's output tokens."""
@@ -318,6 +337,9 @@ def check_options(model: VisionTransformer) -> None:
                           model.representation_size):
     raise ValueError('distilled=True reads the class and distillation tokens: it '
                      'needs classifier=token without fc_norm or representation_size.')
+  if model.posemb == 'sincos2d' and model.hidden_size % 4:
+    raise ValueError(f'posemb=sincos2d needs a width divisible by 4, not '
+                     f'hidden_size={model.hidden_size}; use posemb=learn.')
   if model.classifier == 'map' and model.activation in layers.GATED_ACTIVATIONS:
     raise ValueError(f"classifier='map' with activation={model.activation!r} is not "
                      'supported: the MAP head has a plain MLP; use another activation.')
@@ -343,6 +365,7 @@ def encoder(model: VisionTransformer, **overrides: Any) -> Encoder:
                 final_norm=not model.fc_norm,
                 num_prefix_tokens=num_prefix_tokens(model),
                 no_embed_class=model.no_embed_class, pre_norm=model.pre_norm,
+                posemb=getattr(model, 'posemb', 'learn'),
                 block=type(model).block)
   kwargs.update(overrides)
   return Encoder(**kwargs)

@@ -43,6 +43,7 @@ class Option:
 
 
 _BOOL = (True, False)
+POSEMBS = ('learn', 'sincos2d')
 
 OPTIONS: tuple[Option, ...] = (
     Option('num_classes', 1000, int, 'classes of the head; 0 or None: no head (features)',
@@ -78,6 +79,10 @@ OPTIONS: tuple[Option, ...] = (
            timm='reg_tokens'),
     Option('distilled', False, bool, "DeiT's distillation token and head (dist_token, "
            'head_dist); needs classifier=token', allowed=_BOOL),
+    Option('posemb', 'learn', str, "position embedding: 'learn' (posembed_input/"
+           "pos_embedding) or 'sincos2d' (big_vision's fixed 2-D sin-cos table of the patch "
+           'grid, no parameter, recomputed at any resolution; prefix tokens get none)',
+           allowed=POSEMBS, config='learn'),
     Option('no_embed_class', False, bool, 'the position embedding covers the patch tokens '
            'only', allowed=_BOOL, timm='no_embed_class'),
     Option('layer_scale', None, float, 'per-channel residual scales initialised to the value '
