@@ -7,6 +7,7 @@ steps arithmetic of the pre-training recipes.
 """
 import dataclasses
 import difflib
+import os
 from typing import Any
 
 # Label names TFDS only knows once the data is prepared, in label-id order.
@@ -169,3 +170,10 @@ def check_name(name: str) -> None:
   raise ValueError(f'Unknown dataset {name!r}.{hint} Known: {", ".join(known_names())}')
 
 
+def check_manual_files(spec: DatasetSpec, name: str, manual_dir: str, where: str = '') -> None:
+  """One line naming the manually downloaded files of `spec` that `manual_dir` lacks."""
+  missing = [f for f in spec.manual_files if not os.path.exists(os.path.join(manual_dir, f))]
+  if missing:
+    raise FileNotFoundError(
+        f'{name} needs the manually downloaded {", ".join(missing)} in {manual_dir}{where}; '
+        'download them there, or set --config.manual_dir to where they are.')

@@ -36,6 +36,7 @@ import tensorflow_datasets as tfds
 from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.data import builders
+from vit_jax.data import catalog
 from vit_jax.data.catalog import DATASETS
 from vit_jax.data.catalog import DatasetInfo
 from vit_jax.data.catalog import DatasetSpec
@@ -139,14 +140,6 @@ def _lock(data_dir_root: str, name: str):
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _check_manual_files(spec: DatasetSpec, manual_dir: str) -> None:
-  missing = [f for f in spec.manual_files if not os.path.exists(os.path.join(manual_dir, f))]
-  if missing:
-    raise FileNotFoundError(
-        f'{spec.tfds_name} needs manually downloaded {", ".join(missing)} in {manual_dir}; '
-        'download them there (or set config.manual_dir to where they are)')
-
-
 def _local_cause(e: BaseException) -> BaseException | None:
   """The FileNotFoundError/UnreadableFolderError behind a TFDS error, if any."""
   seen = []
@@ -169,7 +162,7 @@ def prepare(spec: DatasetSpec, data_dir: str | None, manual_dir: str | None = No
     return builder
   root = str(builder.data_dir_root)
   manual_dir = manual_dir or os.path.join(root, 'downloads', 'manual')
-  _check_manual_files(spec, manual_dir)
+  catalog.check_manual_files(spec, spec.tfds_name, manual_dir)
   with _lock(root, f'{builder.name}_{builder.builder_config.name if builder.builder_config else ""}'):
     builder = make_builder(spec, data_dir)  # Another process may have prepared it meanwhile.
     if not is_prepared(builder):

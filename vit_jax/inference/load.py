@@ -257,14 +257,10 @@ def _check_architecture(model_params: Any, params: Mapping[str, Any], path: str,
   `model_params` are the model's abstract parameters at any resolution: the sizes compared
   do not depend on it.
   """
-  try:
-    got = formats.architecture(params)
-    want = formats.architecture(model_params)
-  except ValueError:
-    return  # a tree these sizes do not describe: _check_fits names its first misfit
-  diff = formats.architecture_differences(got, want)
-  if not diff:
-    return
+  found = formats.tree_differences(params, model_params)
+  if found is None or not found[2]:
+    return  # None: a tree these sizes do not describe, which _check_fits names
+  diff = found[2]
   # The first three (width and depth lead) keep the line short.
   sizes = ', '.join(diff[:3]) + (f', +{len(diff) - 3} more' if len(diff) > 3 else '')
   if config_path:

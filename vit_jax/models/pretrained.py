@@ -36,13 +36,12 @@ def _summary(keys: Sequence[str], limit: int = 6) -> str:
 def _check_architecture(tree: Mapping[str, Any], init_params: Mapping[str, Any],
                         path: str) -> None:
   """One line naming where another model's checkpoint differs (width, layers, ...)."""
-  try:
-    got, want = formats.architecture(tree), formats.architecture(init_params)
-  except ValueError:
-    return  # trees these sizes do not describe: the parameter check names the misfit
+  found = formats.tree_differences(tree, init_params)
+  if found is None:
+    return
+  got, want, diff = found
   # A class token only one side has is fine-tuned anew, as the head is.
-  diff = [d for d in formats.architecture_differences(got, want)
-          if not d.startswith('class token')]
+  diff = [d for d in diff if not d.startswith('class token')]
   if diff:
     raise ValueError(f'Checkpoint {path} is a {naming.describe(got)}, the model a '
                      f'{naming.describe(want)} ({", ".join(diff[:3])}); set '

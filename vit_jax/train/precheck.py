@@ -167,12 +167,7 @@ def check_datasets(config: ml_collections.ConfigDict) -> None:
                recursive=True):
     return
   manual = config.get('manual_dir') or os.path.join(root, 'downloads', 'manual')
-  missing = [f for f in spec.manual_files if not os.path.exists(os.path.join(manual, f))]
-  if missing:
-    raise FileNotFoundError(
-        f'{config.dataset} needs the manually downloaded {", ".join(missing)} in {manual} '
-        f'(not prepared in {root}); download them there, or set --config.manual_dir to '
-        'where they are.')
+  catalog.check_manual_files(spec, config.dataset, manual, f' (not prepared in {root})')
 
 
 def check(config: ml_collections.ConfigDict) -> tuple[Any, Any]:

@@ -40,6 +40,7 @@ from vit_jax.models.vit import timm
 Checkpoint = arch.Checkpoint
 architecture = arch.architecture
 architecture_differences = arch.differences
+tree_differences = arch.tree_differences
 fitting_presets = arch.fitting_presets
 Format = registry.Format
 register = registry.register

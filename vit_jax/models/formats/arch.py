@@ -86,6 +86,20 @@ def differences(got: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
   return [f'{name} {a} vs {b}' for name, (a, b) in pairs.items() if a != b]
 
 
+def tree_differences(params: Mapping[str, Any], model_params: Mapping[str, Any]
+                     ) -> Optional[tuple[dict, dict, list[str]]]:
+  """(a checkpoint's architecture, the model's, differences()) from their trees.
+
+  None where these sizes cannot describe one of the trees (the parameter check names that
+  misfit).
+  """
+  try:
+    got, want = architecture(params), architecture(model_params)
+  except ValueError:
+    return None
+  return got, want, differences(got, want)
+
+
 def resolve_model(model: str) -> str:
   """A preset name for `model`: a preset itself or a timm model name."""
   if model in models.MODEL_CONFIGS:
