@@ -2,7 +2,8 @@
 
 Each section declares its rules as data beside the code that reads the options
 (vit_jax.data.multicrop, vit_jax.data.preprocess, vit_jax.train.ema, the evaluators);
-the trainer's config check warns with `unused`. Warnings, not errors: the run still trains.
+vit_jax.configs.effects compares a config with the base config through `unused`, and
+vit_jax.main warns. Warnings, not errors: the run still trains.
 """
 import dataclasses
 from typing import Any, Callable, Iterable

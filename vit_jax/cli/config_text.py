@@ -44,14 +44,16 @@ def to_yaml(config: ml_collections.ConfigDict) -> str:
                    sort_keys=True, width=100)
 
 
-def leaf_keys(config: ml_collections.ConfigDict, prefix: str = '') -> list[str]:
-  """Every dotted key of the config that holds a value (not a nested config)."""
+def dotted_keys(config: ml_collections.ConfigDict, sections: bool = False,
+                prefix: str = '') -> list[str]:
+  """Every dotted key of the config that holds a value; with `sections`, also 'pp', 'model', ..."""
   keys = []
   for key, value in config.items():
-    if isinstance(value, (dict, ml_collections.ConfigDict)):
-      keys += leaf_keys(value, f'{prefix}{key}.')
-    else:
+    nested = isinstance(value, (dict, ml_collections.ConfigDict))
+    if sections or not nested:
       keys.append(f'{prefix}{key}')
+    if nested:
+      keys += dotted_keys(value, sections, f'{prefix}{key}.')
   return keys
 
 
@@ -68,7 +70,7 @@ FLAG_ALIASES = {'lr': 'base_lr', 'model': 'model_name', 'batch_size': 'batch',
 def config_key_for_flag(name: str, config: ml_collections.ConfigDict) -> Optional[str]:
   """The dotted key of `config` an unknown flag `name` most likely means (--batch: 'batch')."""
   name = name.replace('-', '_')
-  keys = leaf_keys(config)
+  keys = dotted_keys(config)
   if name in keys:
     return name
   if name in FLAG_ALIASES:

@@ -179,16 +179,6 @@ def _unknown_key(e: BaseException, argv: list[str]) -> Optional[str]:
 _LOCKED = ' (configs are locked: vit_jax/configs/base.py lists every key)'
 
 
-def _keys(config: ml_collections.ConfigDict, prefix: str = '') -> set[str]:
-  """Every dotted key of a config, the sections' own included ('pp', 'pp.crop', ...)."""
-  out = set()
-  for key, value in config.items():
-    out.add(prefix + key)
-    if isinstance(value, ml_collections.ConfigDict):
-      out |= _keys(value, f'{prefix}{key}.')
-  return out
-
-
 def _with_unknown_keys(message: str, argv: list[str]) -> str:
   """`message` plus every other --config.KEY override that names no key of the config.
 
@@ -197,9 +187,9 @@ def _with_unknown_keys(message: str, argv: list[str]) -> str:
   """
   spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), '')
   try:
-    known = _keys(configs.load(spec))
+    known = set(config_text.dotted_keys(configs.load(spec), sections=True))
   except Exception:  # pylint: disable=broad-except  (the mistake `message` reports)
-    known = _keys(base.get_base_config())
+    known = set(config_text.dotted_keys(base.get_base_config(), sections=True))
   others = []
   for arg in argv:
     override = re.match(r'--?config\.([\w.]+)', arg)
