@@ -220,9 +220,9 @@ class BenchmarkTest(absltest.TestCase):
 
   def test_train_and_infer_carry_the_histories(self):
     # The benchmark's step is the trainer's (histories in extra); inference reads them.
-    tiny = ['--model=testing', '--batch=4', '--resolution=16', '--steps=1', '--warmup=1',
+    tiny = ['--model=testing', '--batch=8', '--resolution=16', '--steps=1', '--warmup=1',
             '--repeats=1', '--dtype=bfloat16', '--num_classes=3', '--matmul=fp8_delayed',
-            '--peak=1']
+            '--peak=1', '--devices=1']
     with contextlib.redirect_stdout(io.StringIO()):
       results = [benchmark.main(tiny + [f'--mode={mode}']) for mode in ('train', 'infer')]
     for res in results:
