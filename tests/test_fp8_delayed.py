@@ -9,7 +9,9 @@ import ml_collections
 import numpy as np
 import optax
 
+from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax.inference import load
 from vit_jax.models import fp8
 from vit_jax.perf import benchmark
 from vit_jax.train import checkpointer
@@ -87,6 +89,18 @@ class DelayedMatmulTest(absltest.TestCase):
     self.assertEqual(jax.tree.structure(params), jax.tree.structure(
         plain.init(jax.random.PRNGKey(0), jnp.zeros(IMAGE))['params']))
     _assert_trees_equal(self, fp8.merge_histories(params, histories), tree)
+
+  def test_a_trained_models_parameters_load_without_histories(self):
+    # params.npz of an fp8_delayed run holds no histories; its config names the option.
+    plain = models.get_model('testing', num_classes=3, patches={'size': (4, 4)})
+    params = plain.init(jax.random.PRNGKey(0), jnp.zeros(IMAGE))['params']
+    path = self.create_tempdir().full_path + '/params.npz'
+    checkpoint.save(params, path)
+    loaded = load.load_model('testing', path, patches={'size': (4, 4)},
+                             matmul='fp8_delayed')
+    self.assertEqual(loaded.model.matmul, 'fp8_delayed')
+    fresh = load.reinitialized(loaded, 1)
+    self.assertEqual(jax.tree.structure(fresh.params), jax.tree.structure(params))
 
 
 class TrainStateTest(absltest.TestCase):
