@@ -59,6 +59,30 @@ class DelayedMatmulTest(absltest.TestCase):
     np.testing.assert_array_equal(advanced[:, 0], [3.0, 2.0, 8.0])
     np.testing.assert_array_equal(advanced[:, 1:], np.asarray(history)[:, :-1])
 
+  def test_rounding_waits_for_no_reduction_over_the_operands(self):
+    # Current scaling reduces each operand before rounding it; delayed scaling reduces
+    # only the [3, L] history (the step's maxima are taken beside, for the gradient).
+    x, w = jnp.ones((64, 32), jnp.bfloat16), jnp.ones((32, 16), jnp.bfloat16)
+    history = _history(1.0, 1.0, 1.0)
+
+    def reduced_shapes(fn):
+      found, todo = set(), [jax.make_jaxpr(fn)(x, w).jaxpr]
+      while todo:
+        for e in todo.pop().eqns:
+          if e.primitive.name == 'reduce_max':
+            found.add(tuple(e.invars[0].aval.shape))
+          for v in e.params.values():  # nested jaxprs: pjit, custom_vjp_call
+            v = getattr(v, 'jaxpr', v)
+            if hasattr(v, 'eqns'):
+              todo.append(v)
+      return found
+
+    self.assertEqual(
+        reduced_shapes(lambda a, b: fp8.delayed_dot_general(a, b, DENSE, history=history)),
+        {(3, fp8.AMAX_HISTORY)})
+    self.assertEqual(reduced_shapes(lambda a, b: fp8.fp8_dot_general(a, b, DENSE)),
+                     {(64, 32), (32, 16)})
+
   def test_values_past_the_history_saturate_and_the_old_scale_is_kept(self):
     # The scale does not follow the operand: 4 with scale 1/448 saturates at 448 * (1/448).
     history = _history(1.0, 1.0, 1.0)
