@@ -192,6 +192,7 @@ class CurveToolTest(absltest.TestCase):
                           {'matmul': 'fp8', 'img_s': 1.0, 'loss': [5, 3] * 100}], 2)
     self.assertEqual(out['runs'][0]['curve'], [3.0] * 100)
     self.assertAlmostEqual(out['final_gap'], 1.0)
+    self.assertEqual([r['gap'] for r in out['runs']], [0.0, 1.0])
 
 
 if __name__ == '__main__':

@@ -24,6 +24,7 @@ from vit_jax import models
 from vit_jax import rundir
 from vit_jax.models import families
 from vit_jax.models import formats
+from vit_jax.models import fp8
 from vit_jax.models import from_config
 
 CONFIG_FILE = rundir.CONFIG_FILE
@@ -51,7 +52,9 @@ def _shapes(tree: Mapping[str, Any]) -> dict[str, tuple]:
 
 def _abstract_params(model: nn.Module, resolution: int) -> Any:
   images = jax.ShapeDtypeStruct((1, resolution, resolution, 3), jnp.float32)
-  return jax.eval_shape(model.init, jax.random.PRNGKey(0), images)['params']
+  # fp8_delayed amax histories are train state, never in a checkpoint's parameters.
+  return fp8.split_histories(
+      jax.eval_shape(model.init, jax.random.PRNGKey(0), images)['params'])[0]
 
 
 def _probe_resolution(model: nn.Module) -> int:
@@ -244,9 +247,9 @@ def _load_fixed_posemb(model_name: str, model: nn.Module, params: Any, checkpoin
 
 def reinitialized(loaded: LoadedModel, seed: int) -> LoadedModel:
   """The same model and resolution with freshly initialised parameters (a baseline)."""
-  params = loaded.model.init(
+  params, _ = fp8.split_histories(loaded.model.init(
       jax.random.PRNGKey(seed),
-      jnp.zeros((1, loaded.resolution, loaded.resolution, 3), jnp.float32))['params']
+      jnp.zeros((1, loaded.resolution, loaded.resolution, 3), jnp.float32))['params'])
   return dataclasses.replace(loaded, params=jax.tree.map(np.asarray, params))
 
 

@@ -1,4 +1,5 @@
 """Multi-head self-attention with a switchable kernel and the original parameter tree."""
+import functools
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -109,7 +110,7 @@ class MultiHeadDotProductAttention(nn.Module):
   qkv_bias: bool = True
   qk_norm: bool = False
   epsilon: float = 1e-6
-  matmul: str = 'default'  # 'fp8': float8 projections (vit_jax/models/fp8.py)
+  matmul: str = 'default'  # 'fp8', 'fp8_delayed': float8 projections (models/fp8.py)
   # True: one matmul for query, key and value (then split); False: three matmuls whose
   # outputs are already in the layout attention reads (no transpose, no slice copies).
   fused_qkv: bool = True
@@ -131,15 +132,16 @@ class MultiHeadDotProductAttention(nn.Module):
     ]
     w_qkv = jnp.stack([w for w, _ in qkv_params], axis=1).astype(self.dtype)
     b_qkv = jnp.stack([b for _, b in qkv_params], axis=0).astype(self.dtype)
-    dot = fp8.dot_general(self.matmul)
+    dot = functools.partial(fp8.module_dot_general, self, self.matmul)
     if kv is None and self.fused_qkv:
-      qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv, _dot_general=dot)
+      qkv = jnp.einsum('bsd,dthk->tbshk', x.astype(self.dtype), w_qkv,
+                       _dot_general=dot('qkv'))
       qkv = qkv + b_qkv[:, None, None]
       q, k, v = qkv[0], qkv[1], qkv[2]
     elif kv is None:  # each in the [batch, tokens, heads, head_dim] layout attention reads
       q, k, v = (jnp.einsum('bsd,dhk->bshk', x.astype(self.dtype), w.astype(self.dtype),
-                            _dot_general=dot) + b.astype(self.dtype)
-                 for w, b in qkv_params)
+                            _dot_general=dot(name)) + b.astype(self.dtype)
+                 for name, (w, b) in zip(('query', 'key', 'value'), qkv_params))
     else:
       q = jnp.einsum('bsd,dhk->bshk', x.astype(self.dtype), w_qkv[:, 0]) + b_qkv[0]
       kv_ = jnp.einsum('bsd,dthk->tbshk', kv.astype(self.dtype), w_qkv[:, 1:])
@@ -166,7 +168,7 @@ class MultiHeadDotProductAttention(nn.Module):
 
     w_out, b_out = _Projection((heads, head_dim, features), (features,),
                                out_init, name='out')()
-    y = jnp.einsum('bshk,hkd->bsd', out, w_out.astype(self.dtype), _dot_general=dot)
+    y = jnp.einsum('bshk,hkd->bsd', out, w_out.astype(self.dtype), _dot_general=dot('out'))
     return y + b_out.astype(self.dtype)
 
   def _xla_attention(self, q, k, v, head_dim: int, valid: int,

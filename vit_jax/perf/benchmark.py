@@ -352,11 +352,15 @@ def _run(args: Any, config: Any, model: Any,
         mesh, state_sh, donate=args.donate)
     params_or_state = state
   else:
-    params_or_state = state.params
+    # fp8_delayed inference scales by the histories training kept (no amax reductions).
+    histories = state.extra.get(train_step.FP8_KEY, {})
+    params_or_state = fp8.merge_histories(state.params, histories)
     del state
     fn = jax.jit(lambda p, b: model.apply({'params': p}, b['image'],
                                           train=False),
-                 in_shardings=(state_sh.params, batch_sharding))
+                 in_shardings=(fp8.merge_histories(
+                     state_sh.params, state_sh.extra.get(train_step.FP8_KEY, {})),
+                               batch_sharding))
   batch = jax.device_put(host, batch_sharding)
   t = time.perf_counter()
   compiled = fn.lower(params_or_state, batch).compile()
@@ -529,7 +533,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum('patch_embedding', 'conv', list(vit_lib.PATCH_EMBEDDINGS),
                     'Patch embedding as a strided conv or a matmul.', **d)
   flags.DEFINE_enum('matmul', 'default', list(fp8.MATMULS), "The blocks' "
-                    'projections: default (dtype) or fp8 (float8, Hopper GPUs).', **d)
+                    'projections: default (dtype), fp8 (float8 scaled by each operand) or '
+                    'fp8_delayed (float8 scaled by amax histories; Hopper GPUs).', **d)
   flags.DEFINE_bool('fused_qkv', True, 'Query, key and value as one matmul '
                     '(--nofused_qkv: three, each in the layout attention reads).', **d)
   flags.DEFINE_float('dropout', -1.0, "Dropout rate; -1 keeps the preset's.", **d)

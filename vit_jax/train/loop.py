@@ -237,9 +237,9 @@ def _initial_state(config, mesh, objective, tx, ckpt) -> tuple[Any, Any, int]:
     params = jax.device_put(objective.with_model_params(state.params, params),
                             shardings.params)
     opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
-    extra = jax.jit(lambda p: step_lib.initial_extra(
-        objective, p, lambda q: ema.init_extra(config, q)),
-                    out_shardings=shardings.extra)(params)
+    extra = jax.jit(lambda p, h: step_lib.initial_extra(
+        objective, p, lambda q: ema.init_extra(config, q), h),
+                    out_shardings=shardings.extra)(params, state.extra.get(step_lib.FP8_KEY))
     state = state.replace(params=params, opt_state=opt_state, extra=extra)
     logging.info('Initialised parameters from %s.', path)
   return state, shardings, 0

@@ -136,7 +136,7 @@ class MlpBlock(nn.Module):
   # The norm (a NORMS name) before the output projection (timm scale_mlp_norm), or None.
   norm: Optional[str] = None
   epsilon: float = 1e-6
-  matmul: str = 'default'  # 'fp8': float8 projections (vit_jax/models/fp8.py)
+  matmul: str = 'default'  # 'fp8', 'fp8_delayed': float8 projections (models/fp8.py)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -144,7 +144,7 @@ class MlpBlock(nn.Module):
     dense = lambda n, name=None: nn.Dense(  # noqa: E731
         n, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6), name=name,
-        dot_general=fp8.dot_general(self.matmul))
+        dot_general=fp8.module_dot_general(self, self.matmul, name))
     if self.activation in GATED_ACTIVATIONS:
       gate = GATED_ACTIVATIONS[self.activation]
       x = gate(dense(self.mlp_dim, 'gate')(x)) * dense(self.mlp_dim, 'value')(x)

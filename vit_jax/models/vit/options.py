@@ -105,7 +105,9 @@ OPTIONS: tuple[Option, ...] = (
            timm='qkv_bias', hf='qkv_bias', block=True),
     Option('layer_norm_epsilon', 1e-6, float, 'epsilon of every norm (CLIP 1e-5)',
            timm='norm_layer eps', hf='layer_norm_eps', block=True),
-    Option('matmul', 'default', str, "'fp8': the blocks' projections in float8 (Hopper)",
+    Option('matmul', 'default', str, "'fp8': the blocks' projections in float8 (Hopper), "
+           "scaled by each operand's maximum; 'fp8_delayed': scaled by amax histories "
+           "kept in the train state (Transformer Engine's delayed scaling)",
            allowed=fp8.MATMULS, config='default', block=True),
     Option('fused_qkv', True, bool, 'query, key and value as one matmul (False: three; same '
            'function and parameters)', allowed=_BOOL, config=True, block=True),
