@@ -9,7 +9,8 @@
 # --profile_dir=/tmp/NAME of the plan NAME.trace.json.gz and NAME.step_hlo.txt.gz, which
 # vit_jax.perf.profiling.summarize reads again off the machine. Time limits (seconds) from
 # the environment: PLAN_BUDGET_S (rows started after it are skipped, 300), ROW_TIMEOUT_S
-# (150), CURVE_TIMEOUT_S (200; 0 skips the curve), CURVE_ARGS (ViT-S/16, 1,000 steps),
+# (200: a cold first row with --compare=timm needs more than 130), CURVE_TIMEOUT_S (200; 0
+# skips the curve), CURVE_ARGS (ViT-S/16, 1,000 steps),
 # COMMON (the timing flags of every row). At most 8 files come back from a lease: keep a
 # plan to one or two profiled rows.
 # Packages the machine lacks travel as wheels in .whl/ (see the device tool's README):
@@ -32,7 +33,7 @@ export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jaxcache}
   python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)" 2>&1
 } > "$OUT/versions.txt"
 python3 tools/dev/bench_plan.py --plan="$PLAN" --out="$OUT/rows.jsonl" \
-    --budget_s="${PLAN_BUDGET_S:-300}" --row_timeout_s="${ROW_TIMEOUT_S:-150}" \
+    --budget_s="${PLAN_BUDGET_S:-300}" --row_timeout_s="${ROW_TIMEOUT_S:-200}" \
     --common="${COMMON:---steps=10 --repeats=3 --warmup=2 --peak=788}" > "$OUT/plan.log" 2>&1
 if [ "${CURVE_TIMEOUT_S:-200}" != 0 ]; then
   digits=()
