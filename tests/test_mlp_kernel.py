@@ -16,10 +16,12 @@ from vit_jax.train import optimizers
 from vit_jax.train import schedules
 from vit_jax.train import step as train_step
 
-# 200 tokens and a 160-wide hidden layer: neither fills whole 64 x 64 tiles; K = 64 takes
-# two contraction steps of 32.
+# 200 tokens and a 160-wide hidden layer fill no whole 64 x 64 tiles: the tokens are padded
+# to 256, the hidden layer takes 32-wide tiles, and K = 64 two contraction steps of 32.
 TOKENS, WIDTH, HIDDEN = 200, 64, 160
 SMALL = mlp_kernel.Blocks(m=64, n=64, k=32)
+# With 128 x 128 tiles both the tokens and the hidden layer are padded to 256.
+PADDED = mlp_kernel.Blocks(m=128, n=128, k=64)
 
 
 def _operands(dtype, seed=0):
@@ -55,12 +57,12 @@ def _assert_close(test, got, want, rtol):
 class FusedMlpTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ('f32_gelu_tanh', jnp.float32, 'gelu_tanh', 1e-5),
-      ('bf16_gelu_tanh', jnp.bfloat16, 'gelu_tanh', 3e-2),
-      ('f32_quick_gelu', jnp.float32, 'quick_gelu', 1e-5))
-  def test_output_and_every_gradient_match_xla(self, dtype, activation, rtol):
+      ('f32_gelu_tanh', jnp.float32, 'gelu_tanh', SMALL, 1e-5),
+      ('bf16_gelu_tanh', jnp.bfloat16, 'gelu_tanh', SMALL, 3e-2),
+      ('f32_quick_gelu_padded', jnp.float32, 'quick_gelu', PADDED, 1e-5))
+  def test_output_and_every_gradient_match_xla(self, dtype, activation, blocks, rtol):
     operands = _operands(dtype)
-    fused = lambda *a: mlp_kernel.mlp(*a, activation, SMALL, True)  # noqa: E731
+    fused = lambda *a: mlp_kernel.mlp(*a, activation, blocks, True)  # noqa: E731
     y, grads = _outputs_and_grads(fused, operands)
     y_ref, grads_ref = _outputs_and_grads(_xla_mlp(activation), operands)
     self.assertEqual(y.dtype, dtype)
@@ -70,6 +72,14 @@ class FusedMlpTest(parameterized.TestCase):
       with self.subTest(name):
         self.assertEqual(g.dtype, operand.dtype)
         _assert_close(self, g, g_ref, rtol)
+
+  def test_tiles_divide_the_sizes_or_the_sizes_are_padded(self):
+    self.assertEqual(mlp_kernel.fit(256 * 197, 256), (256, 256 * 197))  # ViT-B b256 tokens
+    self.assertEqual(mlp_kernel.fit(768, 64), (64, 768))
+    self.assertEqual(mlp_kernel.fit(TOKENS, 64), (64, 256))   # no 64 or 32 divides 200
+    self.assertEqual(mlp_kernel.fit(HIDDEN, 64), (32, HIDDEN))  # the half tile divides
+    self.assertEqual(mlp_kernel.fit(100, 64), (64, 128))
+    self.assertEqual(mlp_kernel.fit(10, 64), (16, 16))         # at least 16 (a Triton dot)
 
   def test_kernels_lower_to_triton_for_a_gpu_at_vit_b_shapes(self):
     shape = lambda *s: jax.ShapeDtypeStruct(s, jnp.bfloat16)  # noqa: E731

@@ -76,9 +76,26 @@ def interpret_default() -> bool:
   return jax.default_backend() != 'gpu'
 
 
-def _step(k: int, block_k: int) -> int:
-  """The contraction step: block_k, or the whole width where block_k does not divide it."""
-  return block_k if k % block_k == 0 else k
+def fit(size: int, block: int) -> tuple[int, int]:
+  """(tile, padded size) of one dimension: whole tiles of a power of 2 (Triton's tiles).
+
+  The tile is `block` (at most the size rounded up to a power of 2), or its half where
+  that divides the size and the tile does not (no smaller: small tiles starve the tensor
+  cores); otherwise the size is padded to a multiple of the tile, because Pallas' Triton
+  lowering does not mask a tile that reaches past an array.
+  """
+  tile = min(block, pl.next_power_of_2(size))
+  for candidate in (tile, tile // 2):
+    if candidate >= 16 and size % candidate == 0:
+      return candidate, size
+  return tile, pl.cdiv(size, tile) * tile
+
+
+def _pad(a: jax.Array, shape: tuple) -> jax.Array:
+  """a zero-padded at the end of each dimension to `shape` (itself when it fits)."""
+  if a.shape == tuple(shape):
+    return a
+  return jnp.pad(a, [(0, s - d) for s, d in zip(shape, a.shape)])
 
 
 def _accumulate(a_ref: Any, b_ref: Any, step: int, transpose_b: bool) -> jax.Array:
@@ -105,16 +122,15 @@ def _forward_kernel(x_ref, w_ref, b_ref, a_ref, *h_ref, step: int, activation: s
     h_ref[0][...] = h.astype(h_ref[0].dtype)
 
 
-def _backward_kernel(dy_ref, w_ref, h_ref, dh_ref, db_ref, *, step: int, activation: str,
-                     rows: int):
-  """One [bm, bn] tile of dh = (dy @ W2^T) * act'(h), and its column sums (the bias gradient)."""
+def _backward_kernel(dy_ref, w_ref, h_ref, dh_ref, db_ref, *, step: int, activation: str):
+  """One [bm, bn] tile of dh = (dy @ W2^T) * act'(h), and its column sums (the bias gradient).
+
+  Padded rows hold dy = 0, so their dh is 0 and adds nothing to the sums.
+  """
   da = _accumulate(dy_ref, w_ref, step, transpose_b=True)
   dh = da * ACTIVATIONS[activation](h_ref[...].astype(jnp.float32))[1]
   dh_ref[...] = dh.astype(dh_ref.dtype)
-  bm = dh.shape[0]
-  row = pl.program_id(0) * bm + jax.lax.broadcasted_iota(jnp.int32, dh.shape, 0)
-  # The last row block reaches past the tokens: what it read there must not count.
-  db_ref[...] = jnp.sum(jnp.where(row < rows, dh, 0.0), axis=0, keepdims=True)
+  db_ref[...] = jnp.sum(dh, axis=0, keepdims=True)
 
 
 def _params(blocks: Blocks, interpret: bool) -> dict[str, Any]:
@@ -125,44 +141,95 @@ def _params(blocks: Blocks, interpret: bool) -> dict[str, Any]:
                                                num_stages=blocks.num_stages))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Tiles:
+  """A 1-D launch over [m, n] in [bm, bn] tiles, the column tiles of a row block adjacent.
+
+  Adjacent programs then share their row block of the left operand (read once from HBM,
+  then from L2) while the whole right operand (W1 or W2, a few MB) stays in L2; the launch
+  order of a 2-D grid's axes is the backend's choice.
+  """
+  bm: int
+  bn: int
+  columns: int  # tiles per row block
+
+  def row(self, p: Any) -> Any:
+    """The row block of program `p`."""
+    return p // self.columns
+
+  def col(self, p: Any) -> Any:
+    """The column block of program `p`."""
+    return p % self.columns
+
+  def spec(self, rows: Optional[int], cols: Optional[int]) -> pl.BlockSpec:
+    """The BlockSpec of a [bm or rows, bn or cols] operand tile (None: this tile's side)."""
+    shape = (rows or self.bm, cols or self.bn)
+    rmap = (lambda p: 0) if rows else self.row
+    cmap = (lambda p: 0) if cols else self.col
+    return pl.BlockSpec(block_shape=shape, index_map=lambda p: (rmap(p), cmap(p)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+  """One kernel's sizes: output [m, n], contraction k, each padded to whole tiles."""
+  m: int
+  n: int
+  k: int
+  tiles: _Tiles
+  step: int
+
+  @property
+  def grid(self) -> tuple[int]:
+    return (self.m // self.tiles.bm * self.tiles.columns,)
+
+
+def _shape(m: int, n: int, k: int, blocks: Blocks) -> _Shape:
+  """The tiles of an [m, n] output contracting k, and the padded sizes they cover."""
+  (bm, mp), (bn, np_), (step, kp) = fit(m, blocks.m), fit(n, blocks.n), fit(k, blocks.k)
+  return _Shape(mp, np_, kp, _Tiles(bm, bn, np_ // bn), step)
+
+
 def forward(x: jax.Array, w: jax.Array, b: jax.Array, *, activation: str, blocks: Blocks,
             interpret: bool, save_pre: bool) -> tuple[jax.Array, Optional[jax.Array]]:
   """(act(x @ w + b), x @ w + b or None) for x [M, K], w [K, N], b [N], in x's dtype."""
   (m, k), n = x.shape, w.shape[1]
-  bm, bn = min(blocks.m, pl.next_power_of_2(m)), min(blocks.n, pl.next_power_of_2(n))
-  tile = pl.BlockSpec(block_shape=(bm, bn), index_map=lambda i, j: (i, j))
-  out = jax.ShapeDtypeStruct((m, n), x.dtype)
-  kernel = functools.partial(_forward_kernel, step=_step(k, blocks.k), activation=activation)
-  outs = pl.pallas_call(
-      kernel, grid=(pl.cdiv(m, bm), pl.cdiv(n, bn)),
-      in_specs=[pl.BlockSpec(block_shape=(bm, k), index_map=lambda i, j: (i, 0)),
-                pl.BlockSpec(block_shape=(k, bn), index_map=lambda i, j: (0, j)),
-                pl.BlockSpec(block_shape=(bn,), index_map=lambda i, j: (j,))],
-      out_specs=[tile, tile] if save_pre else [tile],
-      out_shape=[out, out] if save_pre else [out],
-      name='mlp_bias_activation', **_params(blocks, interpret))(x, w, b)
-  return outs[0], (outs[1] if save_pre else None)
+  s = _shape(m, n, k, blocks)
+  t = s.tiles
+  outs = 2 if save_pre else 1
+  kernel = functools.partial(_forward_kernel, step=s.step, activation=activation)
+  result = pl.pallas_call(
+      kernel, grid=s.grid,
+      in_specs=[t.spec(None, s.k), t.spec(s.k, None),
+                pl.BlockSpec(block_shape=(t.bn,), index_map=lambda p: (t.col(p),))],
+      out_specs=[t.spec(None, None)] * outs,
+      out_shape=[jax.ShapeDtypeStruct((s.m, s.n), x.dtype)] * outs,
+      name='mlp_bias_activation', **_params(blocks, interpret))(
+          _pad(x, (s.m, s.k)), _pad(w, (s.k, s.n)), _pad(b, (s.n,)))
+  result = [r[:m, :n] if (s.m, s.n) != (m, n) else r for r in result]
+  return result[0], (result[1] if save_pre else None)
 
 
 def backward(dy: jax.Array, w: jax.Array, h: jax.Array, *, activation: str, blocks: Blocks,
              interpret: bool) -> tuple[jax.Array, jax.Array]:
   """(dh, sum of dh over rows in f32) for dy [M, K], w [N, K] (W2), h [M, N]."""
   (m, k), n = dy.shape, w.shape[0]
-  bm, bn = min(blocks.m, pl.next_power_of_2(m)), min(blocks.n, pl.next_power_of_2(n))
-  grid = (pl.cdiv(m, bm), pl.cdiv(n, bn))
-  kernel = functools.partial(_backward_kernel, step=_step(k, blocks.k),
-                             activation=activation, rows=m)
+  s = _shape(m, n, k, blocks)
+  t = s.tiles
+  kernel = functools.partial(_backward_kernel, step=s.step, activation=activation)
   dh, partial = pl.pallas_call(
-      kernel, grid=grid,
-      in_specs=[pl.BlockSpec(block_shape=(bm, k), index_map=lambda i, j: (i, 0)),
-                pl.BlockSpec(block_shape=(bn, k), index_map=lambda i, j: (j, 0)),
-                pl.BlockSpec(block_shape=(bm, bn), index_map=lambda i, j: (i, j))],
-      out_specs=[pl.BlockSpec(block_shape=(bm, bn), index_map=lambda i, j: (i, j)),
-                 pl.BlockSpec(block_shape=(1, bn), index_map=lambda i, j: (i, j))],
-      out_shape=[jax.ShapeDtypeStruct((m, n), h.dtype),
-                 jax.ShapeDtypeStruct((grid[0], n), jnp.float32)],
-      name='mlp_activation_grad', **_params(blocks, interpret))(dy, w, h)
-  return dh, jnp.sum(partial, axis=0)
+      kernel, grid=s.grid,
+      in_specs=[t.spec(None, s.k),
+                pl.BlockSpec(block_shape=(t.bn, s.k), index_map=lambda p: (t.col(p), 0)),
+                t.spec(None, None)],
+      out_specs=[t.spec(None, None),
+                 pl.BlockSpec(block_shape=(1, t.bn), index_map=lambda p: (t.row(p), t.col(p)))],
+      out_shape=[jax.ShapeDtypeStruct((s.m, s.n), h.dtype),
+                 jax.ShapeDtypeStruct((s.m // t.bm, s.n), jnp.float32)],
+      name='mlp_activation_grad', **_params(blocks, interpret))(
+          _pad(dy, (s.m, s.k)), _pad(w, (s.n, s.k)), _pad(h, (s.m, s.n)))
+  if (s.m, s.n) != (m, n):
+    dh = dh[:m, :n]
+  return dh, jnp.sum(partial[:, :n], axis=0)
 
 
 def _dot(a: jax.Array, b: jax.Array, contract: tuple, dtype: Any) -> jax.Array:
