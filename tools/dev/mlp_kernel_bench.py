@@ -24,7 +24,7 @@ from vit_jax.models import mlp_kernel
 from vit_jax.models.vit import layers
 
 # Tiles tried by default: Triton's usual Hopper bf16 GEMM shapes.
-DEFAULT_SWEEP = ('128,256,64,8,3', '128,128,64,4,4', '128,256,64,8,4', '256,128,64,8,3')
+DEFAULT_SWEEP = ('128,256,64,8,3', '128,128,64,4,4', '256,128,64,8,3')
 
 
 def parse_blocks(text: str) -> mlp_kernel.Blocks:
