@@ -9,6 +9,7 @@ import numpy as np
 
 from vit_jax import models
 from vit_jax.configs import base
+from vit_jax.models import from_config
 from vit_jax.models import mlp_kernel
 from vit_jax.models.vit import layers
 from vit_jax.train import objectives
@@ -106,6 +107,15 @@ class MlpBlockTest(absltest.TestCase):
     self.assertEqual(jax.tree.structure(xla), jax.tree.structure(fused))
     for a, b in zip(jax.tree.leaves(xla), jax.tree.leaves(fused)):
       np.testing.assert_array_equal(a, b)
+
+  def test_the_config_key_reaches_every_block(self):
+    c = base.get_base_config()
+    c.model_name = 'ViT-Ti_16'
+    self.assertEqual(c.model.mlp_kernel, 'xla')
+    c.model.mlp_kernel = 'pallas'
+    model = from_config.build(c, 4)
+    self.assertEqual(model.mlp_kernel, 'pallas')
+    self.assertEqual(model.block_config().mlp_kernel, 'pallas')
 
   def test_a_block_it_cannot_run_is_refused_in_one_line(self):
     with self.assertRaisesRegex(ValueError, "mlp_kernel=pallas runs activation .*'gelu'"):

@@ -21,14 +21,15 @@ from typing import Any, Callable, Optional
 
 import jax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 import jax.numpy as jnp
+
+try:
+  from jax.experimental.pallas import triton as plgpu
+except ImportError:  # a jax without Pallas' Triton backend: the kernels run interpreted
+  plgpu = None
 
 KERNELS = ('xla', 'pallas')
 
-# Pallas' Triton compiler parameters (CompilerParams since jax 0.6; TritonCompilerParams before).
-_COMPILER_PARAMS = getattr(plgpu, 'CompilerParams', None) or getattr(
-    plgpu, 'TritonCompilerParams')
 
 _SQRT_2_OVER_PI = 0.7978845608028654
 _GELU_CUBIC = 0.044715
@@ -73,7 +74,7 @@ DEFAULT_BLOCKS = Blocks()
 
 def interpret_default() -> bool:
   """Whether kernels must run interpreted: everywhere but on a GPU (Triton)."""
-  return jax.default_backend() != 'gpu'
+  return jax.default_backend() != 'gpu' or plgpu is None
 
 
 def fit(size: int, block: int) -> tuple[int, int]:
@@ -137,8 +138,10 @@ def _params(blocks: Blocks, interpret: bool) -> dict[str, Any]:
   """pallas_call's backend arguments."""
   if interpret:
     return dict(interpret=True)
-  return dict(compiler_params=_COMPILER_PARAMS(num_warps=blocks.num_warps,
-                                               num_stages=blocks.num_stages))
+  # Pallas' Triton compiler parameters: CompilerParams (jax 0.6 on), TritonCompilerParams before.
+  params = getattr(plgpu, 'CompilerParams', None) or getattr(plgpu, 'TritonCompilerParams')
+  return dict(compiler_params=params(num_warps=blocks.num_warps,
+                                     num_stages=blocks.num_stages))
 
 
 @dataclasses.dataclass(frozen=True)
