@@ -112,10 +112,13 @@ class MlpBlockTest(absltest.TestCase):
     c = base.get_base_config()
     c.model_name = 'ViT-Ti_16'
     self.assertEqual(c.model.mlp_kernel, 'xla')
-    c.model.mlp_kernel = 'pallas'
+    c.model.mlp_kernel, c.model.mlp_kernel_blocks = 'pallas', '64,128,32,4,2'
     model = from_config.build(c, 4)
     self.assertEqual(model.mlp_kernel, 'pallas')
     self.assertEqual(model.block_config().mlp_kernel, 'pallas')
+    self.assertEqual(mlp_kernel.parse_blocks(model.block_config().mlp_kernel_blocks),
+                     mlp_kernel.Blocks(m=64, n=128, k=32, num_warps=4, num_stages=2))
+    self.assertEqual(mlp_kernel.parse_blocks(''), mlp_kernel.DEFAULT_BLOCKS)
 
   def test_a_block_it_cannot_run_is_refused_in_one_line(self):
     with self.assertRaisesRegex(ValueError, "mlp_kernel=pallas runs activation .*'gelu'"):
@@ -124,6 +127,10 @@ class MlpBlockTest(absltest.TestCase):
       models.get_model('ViT-Ti_16', num_classes=4, mlp_kernel='pallas', matmul='fp8')
     with self.assertRaisesRegex(ValueError, "Unknown mlp_kernel 'triton'; use one of xla"):
       models.get_model('ViT-Ti_16', num_classes=4, mlp_kernel='triton')
+    for blocks in ('128,256,64,8', '128,100,64,8,3', '128,256,64,0,3', 'big'):
+      with self.assertRaisesRegex(ValueError, f"mlp_kernel_blocks '{blocks}' must be m,n,k"):
+        models.get_model('ViT-Ti_16', num_classes=4, mlp_kernel='pallas',
+                         mlp_kernel_blocks=blocks)
     block = layers.MlpBlock(mlp_dim=8, kernel='pallas', dropout_rate=0.1,
                             deterministic=False)
     with self.assertRaisesRegex(ValueError, 'train with dropout_rate=0 .* or mlp_kernel=xla'):

@@ -27,12 +27,6 @@ from vit_jax.models.vit import layers
 DEFAULT_SWEEP = ('128,256,64,8,3', '128,128,64,4,4', '256,128,64,8,3')
 
 
-def parse_blocks(text: str) -> mlp_kernel.Blocks:
-  """'m,n,k,num_warps,num_stages' -> Blocks."""
-  m, n, k, warps, stages = (int(v) for v in text.split(','))
-  return mlp_kernel.Blocks(m=m, n=n, k=k, num_warps=warps, num_stages=stages)
-
-
 def xla_mlp(x, w1, b1, w2, b2):
   """The XLA MLP, as MlpBlock computes it."""
   return layers.activate(x @ w1 + b1, 'gelu_tanh') @ w2 + b2
@@ -92,7 +86,7 @@ def main(argv=None) -> None:
         flush=True)
   reference = None
   for text in args.blocks or DEFAULT_SWEEP:
-    blocks = parse_blocks(text)
+    blocks = mlp_kernel.parse_blocks(text)
     fused = step(lambda *a, b=blocks: mlp_kernel.mlp(*a, 'gelu_tanh', b))
     try:
       seconds = time_it(fused, operands, dy, args.iters)

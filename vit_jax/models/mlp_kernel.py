@@ -61,7 +61,10 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], tuple[jax.Array, jax.Array]]] = {
 
 @dataclasses.dataclass(frozen=True)
 class Blocks:
-  """The tiles of both kernels: rows x columns x contraction step, and Triton's launch knobs."""
+  """The tiles of both kernels: rows x columns x contraction step, and Triton's launch knobs.
+
+  The default is Triton's usual Hopper bf16 GEMM tile; tools/dev/mlp_kernel_bench.py times others.
+  """
   m: int = 128
   n: int = 256
   k: int = 64
@@ -70,6 +73,21 @@ class Blocks:
 
 
 DEFAULT_BLOCKS = Blocks()
+
+
+def parse_blocks(text: str) -> Blocks:
+  """'m,n,k,num_warps,num_stages' (config.model.mlp_kernel_blocks) -> Blocks; '': the default."""
+  if not text:
+    return DEFAULT_BLOCKS
+  try:
+    values = [int(v) for v in str(text).split(',')]
+  except ValueError:
+    values = []
+  tiles_ok = len(values) == 5 and all(v >= 16 and v & (v - 1) == 0 for v in values[:3])
+  if not tiles_ok or min(values[3:]) < 1:
+    raise ValueError(f'mlp_kernel_blocks {text!r} must be m,n,k,num_warps,num_stages: tiles '
+                     'powers of 2 >= 16, then two positive ints (e.g. 128,256,64,8,3).')
+  return Blocks(*values)
 
 
 def interpret_default() -> bool:

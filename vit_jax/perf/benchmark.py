@@ -74,7 +74,7 @@ _CONFIG_FLAGS = {
     'scan_layers': ('model', 'scan_layers'),
     'patch_embedding': ('model', 'patch_embedding'), 'dropout': ('model', 'dropout_rate'),
     'matmul': ('model', 'matmul'), 'fused_qkv': ('model', 'fused_qkv'),
-    'mlp_kernel': ('model', 'mlp_kernel'),
+    'mlp_kernel': ('model', 'mlp_kernel'), 'mlp_blocks': ('model', 'mlp_kernel_blocks'),
     'local_crops': ('pp', 'multicrop', 'local_crops'),
     'local_crop': ('pp', 'multicrop', 'local_crop'),
 }
@@ -368,6 +368,7 @@ def _run(args: Any, config: Any, model: Any,
     res['fused_qkv'] = False
   if config.model.get('mlp_kernel', 'xla') != 'xla':
     res['mlp_kernel'] = config.model.mlp_kernel
+    res['mlp_blocks'] = config.model.get('mlp_kernel_blocks', '')
   # The compiled step's text (a few MB for ViT-B on a GPU), read once for what needs it.
   hlo_text = compiled.as_text() if args.matmul != 'default' or args.profile_dir else ''
   if args.matmul != 'default':
@@ -538,6 +539,9 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                     '(--nofused_qkv: three, each in the layout attention reads).', **d)
   flags.DEFINE_enum('mlp_kernel', 'xla', list(mlp_kernel.KERNELS), "The MLP: xla, or "
                     'pallas (bias + GELU and their gradients inside the matmuls).', **d)
+  flags.DEFINE_string('mlp_blocks', '', "--mlp_kernel=pallas tiles 'm,n,k,num_warps,"
+                      "num_stages' ('': the default; tools/dev/mlp_kernel_bench.py times "
+                      'them).', **d)
   flags.DEFINE_float('dropout', -1.0, "Dropout rate; -1 keeps the preset's.", **d)
   flags.DEFINE_bool('donate', True, 'Donate the train state to the step '
                     '(--nodonate to see what donation saves).', **d)

@@ -140,6 +140,7 @@ class MlpBlock(nn.Module):
   matmul: str = 'default'  # 'fp8': float8 projections (vit_jax/models/fp8.py)
   # 'pallas': bias + activation and their gradients inside the matmuls (mlp_kernel.py).
   kernel: str = 'xla'
+  kernel_blocks: str = ''  # its tiles (mlp_kernel.parse_blocks; '': the default)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -174,7 +175,8 @@ class MlpBlock(nn.Module):
     w2, b2 = DenseParams(out_dim, name='Dense_1')(self.mlp_dim)
     cast = lambda t: t.astype(dtype)  # noqa: E731
     flat = x.reshape(-1, x.shape[-1])
-    y = mlp_kernel.mlp(cast(flat), cast(w1), cast(b1), cast(w2), cast(b2), self.activation)
+    y = mlp_kernel.mlp(cast(flat), cast(w1), cast(b1), cast(w2), cast(b2), self.activation,
+                       mlp_kernel.parse_blocks(self.kernel_blocks))
     y = y.reshape(x.shape[:-1] + (out_dim,))
     return nn.Dropout(self.dropout_rate)(y, deterministic=self.deterministic)
 

@@ -113,6 +113,8 @@ OPTIONS: tuple[Option, ...] = (
     Option('mlp_kernel', 'xla', str, "'pallas': the MLP's bias + GELU and their gradients "
            'inside its matmuls (Triton on GPU; gelu_tanh/quick_gelu, no MLP dropout; same '
            'parameters)', allowed=mlp_kernel.KERNELS, config='xla', block=True),
+    Option('mlp_kernel_blocks', '', str, "mlp_kernel=pallas tiles 'm,n,k,num_warps,num_stages' "
+           "('': 128,256,64,8,3)", config='', block=True),
 )
 
 BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
