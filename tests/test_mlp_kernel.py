@@ -1,4 +1,6 @@
 """Tests for the fused MLP kernels (vit_jax/models/mlp_kernel.py), interpreted on CPU."""
+import contextlib
+import io
 import re
 
 from absl.testing import absltest
@@ -16,6 +18,7 @@ from vit_jax.train import objectives
 from vit_jax.train import optimizers
 from vit_jax.train import schedules
 from vit_jax.train import step as train_step
+from tests import tool_modules
 
 # 200 tokens and a 160-wide hidden layer fill no whole 64 x 64 tiles: the tokens are padded
 # to 256, the hidden layer takes 32-wide tiles, and K = 64 two contraction steps of 32.
@@ -156,6 +159,22 @@ class MlpBlockTest(absltest.TestCase):
     self.assertAlmostEqual(losses[0], losses[1], places=5)
     for a, b in zip(jax.tree.leaves(states[0].params), jax.tree.leaves(states[1].params)):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+class BenchToolTest(absltest.TestCase):
+
+  def test_one_line_per_variant_and_the_first_checked_against_xla(self):
+    tool = tool_modules.load('mlp_kernel_bench')
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+      tool.main(['--tokens=40', '--width=32', '--hidden=64', '--iters=1',
+                 '--blocks=32,64,16,4,2'])
+    lines = out.getvalue().splitlines()
+    self.assertLen(lines, 3)  # the header, xla, the tile
+    self.assertRegex(lines[1], r'^xla +[0-9.]+ ms +[0-9.]+ TFLOP/s$')
+    self.assertRegex(lines[2], r'^pallas 32,64,16,4,2 +[0-9.]+ ms +[0-9.]+ TFLOP/s  max rel')
+    diff = float(re.search(r'max rel diff vs xla (\S+)', lines[2]).group(1))
+    self.assertLess(diff, 0.05)
 
 
 if __name__ == '__main__':

@@ -1,7 +1,7 @@
 r"""Times the ViT MLP's forward + backward, XLA against the fused Pallas kernels, one line each.
 
   python tools/dev/mlp_kernel_bench.py                      # ViT-B: [256 * 200, 768] x [768, 3072]
-  python tools/dev/mlp_kernel_bench.py --blocks=128,256,64,8,3 --blocks=128,128,64,4,4
+  python tools/dev/mlp_kernel_bench.py --blocks=128,256,64,8,3 --blocks=128,128,64,8,4
 
 The step is the MLP's vjp with a fixed output gradient (what a train step runs per block):
 the forward, and dx, dW1, db1, dW2, db2. Each variant prints its median time over --iters
@@ -24,7 +24,7 @@ from vit_jax.models import mlp_kernel
 from vit_jax.models.vit import layers
 
 # Tiles tried by default: Triton's usual Hopper bf16 GEMM shapes.
-DEFAULT_SWEEP = ('128,256,64,8,3', '128,128,64,4,4', '256,128,64,8,3')
+DEFAULT_SWEEP = ('128,256,64,8,3', '128,128,64,8,4', '256,128,64,8,3')
 
 
 def xla_mlp(x, w1, b1, w2, b2):
