@@ -122,6 +122,11 @@ class AddPositionEmbs(nn.Module):
     return x + pe.astype(x.dtype)
 
 
+# The MLP's initializers (both of its paths create the same parameters).
+MLP_KERNEL_INIT = nn.initializers.xavier_uniform()
+MLP_BIAS_INIT = nn.initializers.normal(stddev=1e-6)
+
+
 class MlpBlock(nn.Module):
   """Dense -> activation -> Dropout -> (norm) -> Dense -> Dropout.
 
@@ -148,8 +153,7 @@ class MlpBlock(nn.Module):
     if self.kernel == 'pallas':
       return self._fused(x, out_dim)
     dense = lambda n, name=None: nn.Dense(  # noqa: E731
-        n, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6), name=name,
+        n, dtype=self.dtype, kernel_init=MLP_KERNEL_INIT, bias_init=MLP_BIAS_INIT, name=name,
         dot_general=fp8.dot_general(self.matmul))
     if self.activation in GATED_ACTIVATIONS:
       gate = GATED_ACTIVATIONS[self.activation]
@@ -187,10 +191,8 @@ class DenseParams(nn.Module):
 
   @nn.compact
   def __call__(self, in_features: int) -> tuple[jax.Array, jax.Array]:
-    kernel = self.param('kernel', nn.initializers.xavier_uniform(),
-                        (in_features, self.features), jnp.float32)
-    bias = self.param('bias', nn.initializers.normal(stddev=1e-6), (self.features,),
-                      jnp.float32)
+    kernel = self.param('kernel', MLP_KERNEL_INIT, (in_features, self.features), jnp.float32)
+    bias = self.param('bias', MLP_BIAS_INIT, (self.features,), jnp.float32)
     return kernel, bias
 
 
