@@ -76,7 +76,9 @@ _SLOW_FILES = {'test_train.py': 138, 'test_dino.py': 122, 'test_run_lifecycle.py
                # Added 2026-11-28 (issue 46): runs under a file-size limit and a full tmpfs.
                'test_disk_faults.py': 60,
                # Added 2026-11-28 (issue 41): fp8 delayed scaling trains tiny models.
-               'test_fp8_delayed.py': 40}
+               'test_fp8_delayed.py': 40,
+               # Added 2026-11-28 (issue 41): the fused MLP kernels, interpreted on CPU.
+               'test_mlp_kernel.py': 55}
 
 
 def pytest_collection_modifyitems(items):

@@ -47,6 +47,7 @@ from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
 from vit_jax.models import fp8
 from vit_jax.models import from_config
+from vit_jax.models import mlp_kernel
 from vit_jax.models import vit as vit_lib
 from vit_jax.parallel import host_memory
 from vit_jax.parallel import peaks
@@ -73,6 +74,7 @@ _CONFIG_FLAGS = {
     'scan_layers': ('model', 'scan_layers'),
     'patch_embedding': ('model', 'patch_embedding'), 'dropout': ('model', 'dropout_rate'),
     'matmul': ('model', 'matmul'), 'fused_qkv': ('model', 'fused_qkv'),
+    'mlp_kernel': ('model', 'mlp_kernel'), 'mlp_blocks': ('model', 'mlp_kernel_blocks'),
     'local_crops': ('pp', 'multicrop', 'local_crops'),
     'local_crop': ('pp', 'multicrop', 'local_crop'),
 }
@@ -368,6 +370,9 @@ def _run(args: Any, config: Any, model: Any,
   res['compiled_mem_gib'], res['donated_gib'] = _compiled_memory(compiled)
   if not config.model.get('fused_qkv', True):
     res['fused_qkv'] = False
+  if config.model.get('mlp_kernel', 'xla') != 'xla':
+    res['mlp_kernel'] = config.model.mlp_kernel
+    res['mlp_blocks'] = config.model.get('mlp_kernel_blocks', '')
   # The compiled step's text (a few MB for ViT-B on a GPU), read once for what needs it.
   hlo_text = compiled.as_text() if args.matmul != 'default' or args.profile_dir else ''
   if args.matmul != 'default':
@@ -537,6 +542,11 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                     'fp8_delayed (float8 scaled by amax histories; Hopper GPUs).', **d)
   flags.DEFINE_bool('fused_qkv', True, 'Query, key and value as one matmul '
                     '(--nofused_qkv: three, each in the layout attention reads).', **d)
+  flags.DEFINE_enum('mlp_kernel', 'xla', list(mlp_kernel.KERNELS), "The MLP: xla, or "
+                    'pallas (bias + GELU and their gradients inside the matmuls).', **d)
+  flags.DEFINE_string('mlp_blocks', '', "--mlp_kernel=pallas tiles 'm,n,k,num_warps,"
+                      "num_stages' ('': the default; tools/dev/mlp_kernel_bench.py times "
+                      'them).', **d)
   flags.DEFINE_float('dropout', -1.0, "Dropout rate; -1 keeps the preset's.", **d)
   flags.DEFINE_bool('donate', True, 'Donate the train state to the step '
                     '(--nodonate to see what donation saves).', **d)

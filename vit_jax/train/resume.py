@@ -40,6 +40,7 @@ FIELDS = (
     ('mesh.*', False), ('sharding', False), ('fsdp_min_size', False),
     ('model.remat', False), ('model.attention', False),
     ('model.attention_pad_multiple', False), ('model.fused_qkv', False),
+    ('model.mlp_kernel', False), ('model.mlp_kernel_blocks', False),
     # Change the math: the model, the data stream, the batch, optimizer and schedule.
     ('seed', True), ('model_name', True), ('model.*', True),
     ('dataset', True), ('train_split', True), ('eval_split', True), ('pp.*', True),

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import fp8
+from vit_jax.models import mlp_kernel
 
 PATCH_EMBEDDINGS = ('matmul', 'conv')
 # Rematerialisation: 'full' saves only each block's input; 'dots' also keeps
@@ -121,6 +122,11 @@ class AddPositionEmbs(nn.Module):
     return x + pe.astype(x.dtype)
 
 
+# The MLP's initializers (both of its paths create the same parameters).
+MLP_KERNEL_INIT = nn.initializers.xavier_uniform()
+MLP_BIAS_INIT = nn.initializers.normal(stddev=1e-6)
+
+
 class MlpBlock(nn.Module):
   """Dense -> activation -> Dropout -> (norm) -> Dense -> Dropout.
 
@@ -137,13 +143,17 @@ class MlpBlock(nn.Module):
   norm: Optional[str] = None
   epsilon: float = 1e-6
   matmul: str = 'default'  # 'fp8', 'fp8_delayed': float8 projections (models/fp8.py)
+  # 'pallas': bias + activation and their gradients inside the matmuls (mlp_kernel.py).
+  kernel: str = 'xla'
+  kernel_blocks: str = ''  # its tiles (mlp_kernel.parse_blocks; '': the default)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     out_dim = x.shape[-1] if self.out_dim is None else self.out_dim
+    if self.kernel == 'pallas':
+      return self._fused(x, out_dim)
     dense = lambda n, name=None: nn.Dense(  # noqa: E731
-        n, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6), name=name,
+        n, dtype=self.dtype, kernel_init=MLP_KERNEL_INIT, bias_init=MLP_BIAS_INIT, name=name,
         dot_general=fp8.module_dot_general(self, self.matmul, name))
     if self.activation in GATED_ACTIVATIONS:
       gate = GATED_ACTIVATIONS[self.activation]
@@ -157,6 +167,43 @@ class MlpBlock(nn.Module):
       x = norm(self.norm, self.epsilon, self.dtype, 'norm')(x)
     x = dense(out_dim, last)(x)
     return nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
+
+  def _fused(self, x: jax.Array, out_dim: int) -> jax.Array:
+    """The plain MLP as mlp_kernel.mlp, on the same Dense_0 / Dense_1 parameters."""
+    check_fused_mlp(self.activation, self.norm is not None, self.matmul)
+    if not self.deterministic and self.dropout_rate > 0:
+      raise ValueError(f'mlp_kernel=pallas has no dropout inside the MLP; train with '
+                       f'dropout_rate=0 (not {self.dropout_rate}) or mlp_kernel=xla.')
+    dtype = self.dtype or x.dtype
+    w1, b1 = DenseParams(self.mlp_dim, name='Dense_0')(x.shape[-1])
+    w2, b2 = DenseParams(out_dim, name='Dense_1')(self.mlp_dim)
+    cast = lambda t: t.astype(dtype)  # noqa: E731
+    flat = x.reshape(-1, x.shape[-1])
+    y = mlp_kernel.mlp(cast(flat), cast(w1), cast(b1), cast(w2), cast(b2), self.activation,
+                       mlp_kernel.parse_blocks(self.kernel_blocks))
+    y = y.reshape(x.shape[:-1] + (out_dim,))
+    return nn.Dropout(self.dropout_rate)(y, deterministic=self.deterministic)
+
+
+class DenseParams(nn.Module):
+  """nn.Dense's kernel and bias (the MLP's initializers) without its product."""
+  features: int
+
+  @nn.compact
+  def __call__(self, in_features: int) -> tuple[jax.Array, jax.Array]:
+    kernel = self.param('kernel', MLP_KERNEL_INIT, (in_features, self.features), jnp.float32)
+    bias = self.param('bias', MLP_BIAS_INIT, (self.features,), jnp.float32)
+    return kernel, bias
+
+
+def check_fused_mlp(activation: str, mlp_norm: bool, matmul: str) -> None:
+  """One-line ValueError for a block mlp_kernel=pallas cannot run."""
+  if activation not in mlp_kernel.ACTIVATIONS:
+    raise ValueError(f'mlp_kernel=pallas runs activation {", ".join(mlp_kernel.ACTIVATIONS)}, '
+                     f'not {activation!r}; use mlp_kernel=xla.')
+  if mlp_norm or matmul != 'default':
+    raise ValueError('mlp_kernel=pallas runs the plain bf16/f32 MLP: use it without '
+                     'mlp_norm and with matmul=default, or mlp_kernel=xla.')
 
 
 class LayerScale(nn.Module):

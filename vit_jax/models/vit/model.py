@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import masking
+from vit_jax.models import mlp_kernel
 from vit_jax.models import resnet
 from vit_jax.models.vit import layers
 from vit_jax.models.vit import options
@@ -45,6 +46,8 @@ class BlockConfig:
   layer_norm_epsilon: float = 1e-6
   matmul: str = 'default'
   fused_qkv: bool = True
+  mlp_kernel: str = 'xla'
+  mlp_kernel_blocks: str = ''
 
   def make_norm(self, name: str) -> nn.Module:
     """The configured norm as a child module `name`."""
@@ -83,7 +86,8 @@ class Encoder1DBlock(nn.Module):
                         deterministic=self.deterministic, activation=c.activation,
                         norm=c.norm if c.mlp_norm else None,
                         epsilon=c.layer_norm_epsilon,
-                        matmul=c.matmul, name='MlpBlock_0')(y)
+                        matmul=c.matmul, kernel=c.mlp_kernel,
+                        kernel_blocks=c.mlp_kernel_blocks, name='MlpBlock_0')(y)
     if c.layer_scale:
       y = layers.LayerScale(c.layer_scale, name='LayerScale_1')(y)
     return self.residual(x, layers.drop_path(self, y, rate, self.deterministic))
@@ -241,6 +245,8 @@ class VisionTransformer(nn.Module):
   layer_norm_epsilon: float = 1e-6
   matmul: str = 'default'
   fused_qkv: bool = True
+  mlp_kernel: str = 'xla'
+  mlp_kernel_blocks: str = ''
 
   # The encoder block class (a subclass may change the block and `block_config`).
   block = Encoder1DBlock
@@ -340,6 +346,9 @@ def check_options(model: VisionTransformer) -> None:
   if model.posemb == 'sincos2d' and model.hidden_size % 4:
     raise ValueError(f'posemb=sincos2d needs a width divisible by 4, not '
                      f'hidden_size={model.hidden_size}; use posemb=learn.')
+  if model.mlp_kernel == 'pallas':
+    layers.check_fused_mlp(model.activation, model.mlp_norm, model.matmul)
+    mlp_kernel.parse_blocks(model.mlp_kernel_blocks)
   if model.classifier == 'map' and model.activation in layers.GATED_ACTIVATIONS:
     raise ValueError(f"classifier='map' with activation={model.activation!r} is not "
                      'supported: the MAP head has a plain MLP; use another activation.')

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from vit_jax.models import families
 from vit_jax.models import fp8
+from vit_jax.models import mlp_kernel
 from vit_jax.models.vit import layers
 
 UNSET = families.UNSET  # config.model's one "not set": the preset's value
@@ -111,6 +112,11 @@ OPTIONS: tuple[Option, ...] = (
            allowed=fp8.MATMULS, config='default', block=True),
     Option('fused_qkv', True, bool, 'query, key and value as one matmul (False: three; same '
            'function and parameters)', allowed=_BOOL, config=True, block=True),
+    Option('mlp_kernel', 'xla', str, "'pallas': the MLP's bias + GELU and their gradients "
+           'inside its matmuls (Triton on GPU; gelu_tanh/quick_gelu, no MLP dropout; same '
+           'parameters)', allowed=mlp_kernel.KERNELS, config='xla', block=True),
+    Option('mlp_kernel_blocks', '', str, "mlp_kernel=pallas tiles 'm,n,k,num_warps,num_stages' "
+           "('': 128,256,64,8,3)", config='', block=True),
 )
 
 BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
