@@ -8,7 +8,8 @@ config.json beside it names the architecture, which the timm reader takes). Any 
 passes through unchanged. `write_folder` writes a transformers-loadable repository folder
 (with its model card) and `push` uploads one.
 
-huggingface_hub's top-level import is lazy: its download code loads on the first call.
+huggingface_hub's top-level import is lazy: its download code loads on the first call. Its
+constants (HF_HUB_OFFLINE, HF_HUB_CACHE) are read from the environment when it is imported.
 """
 import json
 import os
@@ -18,6 +19,7 @@ import tempfile
 from typing import Any, Mapping, Optional, Sequence
 
 import huggingface_hub
+from huggingface_hub import constants as hub_constants
 from huggingface_hub import errors as hub_errors
 
 from vit_jax import errors
@@ -55,12 +57,12 @@ def parse(name: str) -> tuple[str, Optional[str]]:
 
 def offline() -> bool:
   """Whether huggingface_hub is told to stay offline (HF_HUB_OFFLINE=1, read at its import)."""
-  return bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+  return bool(hub_constants.HF_HUB_OFFLINE)
 
 
 def default_cache() -> str:
   """huggingface_hub's cache directory: $HF_HUB_CACHE, else $HF_HOME/hub."""
-  return huggingface_hub.constants.HF_HUB_CACHE
+  return hub_constants.HF_HUB_CACHE
 
 
 def cached_refs(repo_id: str) -> tuple[list[str], int]:
