@@ -109,6 +109,7 @@ class ResolveTest(absltest.TestCase):
         'config.json': json.dumps(TIMM_CONFIG).encode(),
         'model.safetensors': _read(os.path.join(FIXTURES, 'timm_vit.safetensors')),
         'README.md': b'---\nlibrary_name: timm\n---\n'})
+    cache_commit(cls.cache, 'acme/card-only', {'README.md': b'# A card, no weights\n'})
     with np.load(os.path.join(FIXTURES, 'reference_logits.npz')) as f:
       cls.ref = dict(f)
 
@@ -118,7 +119,7 @@ class ResolveTest(absltest.TestCase):
 
   def test_the_layout_is_the_one_huggingface_hub_reads(self):
     info = {r.repo_id: r for r in huggingface_hub.scan_cache_dir(self.cache).repos}
-    self.assertEqual(set(info), {'acme/vit-tiny', 'timm/vit_fixture.test'})
+    self.assertEqual(set(info), {'acme/vit-tiny', 'timm/vit_fixture.test', 'acme/card-only'})
     revisions = {r.commit_hash: set(r.refs) for r in info['acme/vit-tiny'].revisions}
     self.assertEqual(revisions, {self.hf_commit: {'v1'}, self.main_commit: {'main'}})
 
@@ -180,6 +181,8 @@ class ResolveTest(absltest.TestCase):
         ('hf-hub:acme/vit-tiny@v2', FileNotFoundError,
          r"revision 'v2' of acme/vit-tiny is not in the Hugging Face cache \(it holds main, "
          r'v1; 2 snapshots\), and HF_HUB_OFFLINE=1'),
+        ('hf-hub:acme/card-only', ValueError,
+         r'hf-hub:acme/card-only holds no checkpoint vit_jax reads .* it has README.md\.'),
     )
     with hub_env(self.cache):
       for name, error, message in cases:

@@ -51,9 +51,10 @@ def card(repo_id: str, model_label: str, resolution: int, num_classes: int,
       metrics=sorted({v for k, v in _METRIC_IDS.items() for m in metrics if m.startswith(k)})
       or None)
   head = f'{num_classes} classes' if num_classes else 'no classification head'
+  origin = f'trained with vit_jax on {dataset}' if dataset else 'converted by vit_jax'
   lines = ['---', data.to_yaml(), '---', '', f'# {repo_id}', '',
-           f'A {model_label} ({resolution}px input, {head}) trained with vit_jax and written in '
-           "transformers' layout (config.json + model.safetensors) by `vit_jax.export`.", '']
+           f'A {model_label} ({resolution}px input, {head}), {origin}, in transformers\' '
+           'layout (config.json + model.safetensors) as `vit_jax.export` writes it.', '']
   settings = [(k, _setting(config, k)) for k in _SETTINGS]
   settings = [(k, v) for k, v in settings if v not in (None, '')]
   if settings:

@@ -32,12 +32,13 @@ Params = dict[str, Any]
 PREFIX = 'hf-hub:'
 _NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*')
 _EXAMPLE = 'hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k'
-# What a checkpoint needs: configs and safetensors weights; torch weights only where a
-# repository has no safetensors (timm and transformers repositories hold both).
-_SAFETENSORS = ['*.json', '*.safetensors']
-_TORCH = ['*.json', '*.bin', '*.pth']
-# The weight files in the order the readers prefer them.
-_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
+# What a checkpoint needs: its configs and the safetensors weights (one file or transformers'
+# shards); torch weights only where a repository has no safetensors (timm and transformers
+# repositories hold both). Other weights beside them (open_clip's, ONNX) stay on the Hub.
+_SAFETENSORS = ['*.json', 'model.safetensors', 'model-*-of-*.safetensors']
+_TORCH = ['*.json', 'pytorch_model.bin', 'pytorch_model-*-of-*.bin']
+# timm's weight files, in the order its loader prefers them.
+_TIMM_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
 
 
 def is_hub_name(path: str) -> bool:
@@ -122,15 +123,13 @@ def snapshot(name: str) -> str:
 def checkpoint_in(folder: str, name: str) -> str:
   """The checkpoint a repository snapshot holds: the folder (transformers) or timm's weights."""
   present = sorted(os.listdir(folder))
-  timm_repo = files.timm_config(folder) is not None
-  if 'config.json' in present and not timm_repo:
+  if files.timm_config(folder) is None and 'config.json' in present:
     return folder  # transformers: the directory reader takes config.json and the weights
-  weights = [f for f in _WEIGHTS if f in present] if timm_repo else [
-      f for f in present if f.endswith(files.STATE_EXTS)]
-  if len(weights) == 1 or (timm_repo and weights):
+  weights = [f for f in _TIMM_WEIGHTS if f in present]
+  if 'config.json' in present and weights:
     return os.path.join(folder, weights[0])
-  raise ValueError(f'{name} holds no checkpoint vit_jax reads (config.json with '
-                   'model.safetensors or pytorch_model.bin, or one weights file); it has '
+  raise ValueError(f'{name} holds no checkpoint vit_jax reads (a transformers or timm '
+                   'config.json with model.safetensors or pytorch_model.bin); it has '
                    f'{", ".join(present)[:100] or "nothing"}.')
 
 
