@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from unittest import mock
 
 from absl.testing import absltest
@@ -84,6 +86,25 @@ def hub_env(cache: str, offline: bool = True):
   with mock.patch.object(huggingface_hub.constants, 'HF_HUB_CACHE', cache), \
        mock.patch.object(huggingface_hub.constants, 'HF_HUB_OFFLINE', offline):
     yield
+
+
+# Runs vit_jax.export's early flag check on each command line of argv[1] (a JSON list).
+_CHECK_EXPORT = """
+import json, sys
+from absl import flags
+from vit_jax.cli import common, early
+common.define_export_flags()
+errors = []
+for argv in json.loads(sys.argv[1]):
+  flags.FLAGS(['export', *argv], known_only=True)
+  try:
+    early.check_export(flags.FLAGS)
+    errors.append('')
+  except (ValueError, OSError) as e:
+    errors.append(str(e))
+  flags.FLAGS.unparse_flags()
+print(json.dumps(errors))
+"""
 
 
 def _env(cache: str) -> dict:
@@ -189,17 +210,16 @@ class ResolveTest(absltest.TestCase):
         with self.assertRaisesRegex(error, message, msg=name) as ctx:
           load.resolve_checkpoint(name)
         self.assertNotIn('\n', str(ctx.exception))
+        self.assertLess(len(str(ctx.exception)), 220, name)  # the one line stays short
         config = tiny_trained.config('/nonexistent', pretrained_path=name)
         with self.assertRaisesRegex(error, message, msg=name):
           precheck.check(config)
 
   def test_commands_say_it_in_one_line_before_tensorflow(self):
-    image = os.path.join(self.create_tempdir().full_path, 'x.png')
     for module, args in (
         ('vit_jax.main', ['--config=configs/quickstart.py',
                           '--config.pretrained_path=hf-hub:acme/missing', '--workdir=/tmp/x']),
-        ('vit_jax.evaluate', ['--checkpoint=hf-hub:acme/vit-tiny@v9', '--dataset=mnist5k']),
-        ('vit_jax.predict', ['--checkpoint=hf-hub:acme//x', image])):
+        ('vit_jax.evaluate', ['--checkpoint=hf-hub:acme//x', '--dataset=mnist5k'])):
       with mock.patch.dict(os.environ, _env(self.cache)):
         result, stderr = test_entry.probe(module, *args)
       self.assertEqual(result['code'], 2, stderr)
@@ -267,20 +287,38 @@ class ExportToHubTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, 'name the repository ORG/NAME'):
         hub.check_push(name)
 
-  def test_push_and_hub_dir_mistakes_are_one_line_before_anything_loads(self):
+  def test_hub_dir_must_be_new_or_empty(self):
+    hub.check_folder(os.path.join(self.create_tempdir().full_path, 'new'))
+    hub.check_folder(self.create_tempdir().full_path)  # empty
+    with self.assertRaisesRegex(FileExistsError, 'it exists and is not an empty directory'):
+      hub.check_folder(self.out)
+
+  def test_push_offline_is_one_line_before_anything_loads(self):
+    workdir, _ = tiny_trained.untrained()
+    with mock.patch.dict(os.environ, _env(self.create_tempdir().full_path)):
+      result, stderr = test_entry.probe('vit_jax.export', f'--checkpoint={workdir}',
+                                        '--push_to_hub=me/tiny')
+    self.assertEqual(result['code'], 2, stderr)
+    self.assertNotIn('tensorflow', result['loaded'])
+    self.assertRegex(stderr.strip(), r'^vit_jax.export: error: --push_to_hub=me/tiny: '
+                     'HF_HUB_OFFLINE=1 forbids uploading; unset it, or write the folder with '
+                     r'--hub_dir and upload it later\.$')
+
+  def test_export_flag_mistakes(self):
     workdir, _ = tiny_trained.untrained()
     taken = self.create_tempdir().full_path
     open(os.path.join(taken, 'file'), 'w').close()
-    for args, message in (
-        (['--push_to_hub=me/tiny'], r'HF_HUB_OFFLINE=1 forbids uploading'),
-        ([f'--hub_dir={taken}'], r'it exists and is not an empty directory'),
-        ([], r'Nothing to write: pass --format and --output')):
-      with mock.patch.dict(os.environ, _env(taken)):
-        result, stderr = test_entry.probe('vit_jax.export', f'--checkpoint={workdir}', *args)
-      self.assertEqual(result['code'], 2, stderr)
-      self.assertNotIn('tensorflow', result['loaded'])
-      self.assertRegex(stderr.strip(), message)
-      self.assertLen(stderr.strip().splitlines(), 1, stderr)
+    cases = {'it exists and is not an empty directory': [f'--hub_dir={taken}'],
+             'Nothing to write: pass --format and --output': [],
+             '--format and --output go together': ['--format=onnx'],
+             "--push_to_hub='tiny': name the repository ORG/NAME": ['--push_to_hub=tiny']}
+    # One process checks them all as the export command's early check does.
+    out = subprocess.run(
+        [sys.executable, '-c', _CHECK_EXPORT, json.dumps(
+            [[f'--checkpoint={workdir}', *args] for args in cases.values()])],
+        capture_output=True, text=True, env=_env(taken), cwd=REPO, timeout=300, check=True)
+    for message, got in zip(cases, json.loads(out.stdout.strip().splitlines()[-1])):
+      self.assertIn(message, got)
     self.assertEqual(os.listdir(taken), ['file'])
 
 
