@@ -11,6 +11,9 @@ INSTALL_REQUIRES = [
     'etils[epath]',
     'importlib_resources',  # TFDS downloads need it; not always pulled in
     'flax>=0.12.8',
+    # hf-hub:ORG/NAME checkpoints and export --push_to_hub; 0.36.2, 1.33.0 and 2.4.0 read the
+    # same cache (0.8 MB wheel; with hf-xet and httpx ~20 MB installed).
+    'huggingface_hub>=0.36',
     'jax>=0.10.2',
     'matplotlib',  # the labelled figures of visualize and the curves of plot
     'ml-collections',

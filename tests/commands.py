@@ -74,7 +74,7 @@ runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
 # test process's in one of them runs as a plain subprocess: a server of its own would import as
 # much as that subprocess does.
 _READ_AT_IMPORT = ('PYTHON', 'JAX_', 'TF_', 'TFDS_', 'XLA_', 'HOME', 'PATH', 'LD_', 'OMP_',
-                   'OPENBLAS', 'MKL_', 'CUDA', 'LANG', 'LC_')
+                   'OPENBLAS', 'MKL_', 'CUDA', 'LANG', 'LC_', 'HF_')
 
 _server: Optional['_Server'] = None  # this process's, started by its first served command
 

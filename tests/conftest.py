@@ -78,7 +78,9 @@ _SLOW_FILES = {'test_train.py': 138, 'test_dino.py': 122, 'test_run_lifecycle.py
                # Added 2026-11-28 (issue 41): fp8 delayed scaling trains tiny models.
                'test_fp8_delayed.py': 40,
                # Added 2026-11-28 (issue 41): the fused MLP kernels, interpreted on CPU.
-               'test_mlp_kernel.py': 55}
+               'test_mlp_kernel.py': 55,
+               # Added 2026-11-28 (issue 43): an export to a Hub folder, commands' one-line errors.
+               'test_hub.py': 60}
 
 
 def pytest_collection_modifyitems(items):

@@ -3,6 +3,10 @@ r"""Top-5 predictions of a checkpoint on image files.
   python -m vit_jax.predict --checkpoint=CHECKPOINT [flags] IMAGE [IMAGE ...]
 
   python -m vit_jax.predict --model=ViT-B_16 --checkpoint=ViT-B_16.npz cat.jpg dog.png
+  python -m vit_jax.predict --checkpoint=hf-hub:google/vit-base-patch16-224 cat.jpg
+
+A checkpoint named hf-hub:ORG/NAME[@REVISION] (as every command takes it) is read from
+huggingface_hub's cache, downloaded first where online (HF_HUB_OFFLINE=1: the cache only).
 
 The model's resolution is read from the checkpoint (its position embeddings, or the
 Mixer's token-mixing width); --resolution=N runs a ViT at another one by

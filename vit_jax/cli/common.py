@@ -30,8 +30,8 @@ def define_checkpoint_flags() -> None:
   flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: from '
                       'config.json beside the checkpoint (a vit_jax workdir).')
   flags.DEFINE_string('checkpoint', None, 'Checkpoint: .npz (local or gs://), '
-                      'timm .safetensors/.pth, a transformers directory or a vit_jax '
-                      'work directory (its params.npz).',
+                      'timm .safetensors/.pth, a transformers directory, a vit_jax '
+                      'work directory (its params.npz) or hf-hub:ORG/NAME[@REVISION].',
                       required=True)
   flags.DEFINE_integer('num_heads', None, 'Attention heads of a timm state dict '
                        'whose size has no preset (a timm file does not record them).')
@@ -86,8 +86,8 @@ def define_fewshot_flags() -> None:
 def define_analyze_flags() -> None:
   """The flags of `python -m vit_jax.analyze`."""
   flags.DEFINE_multi_string('checkpoint', None, 'A checkpoint (as for vit_jax.predict: '
-                            '.npz, timm, transformers, a vit_jax work directory); give '
-                            'it twice to compare two.', required=True)
+                            '.npz, timm, transformers, a vit_jax work directory, '
+                            'hf-hub:ORG/NAME); give it twice to compare two.', required=True)
   flags.DEFINE_multi_string('model', None, 'Model preset per checkpoint (one for all, '
                             'or one each); default: from the work directory.')
   flags.DEFINE_multi_string('label', None, 'Legend name per checkpoint; default: the '
@@ -115,10 +115,15 @@ def define_analyze_flags() -> None:
 def define_export_flags() -> None:
   """The flags of `python -m vit_jax.export`."""
   define_checkpoint_flags()
-  flags.DEFINE_enum('format', None, list(EXPORT_FORMATS), 'Export format.',
-                    required=True)
+  flags.DEFINE_enum('format', None, list(EXPORT_FORMATS), 'Serving format (with --output).')
   flags.DEFINE_string('output', None, 'File (stablehlo, onnx) or directory '
-                      '(saved_model) to write.', required=True)
+                      '(saved_model) to write.')
+  flags.DEFINE_string('hub_dir', None, 'Write a transformers-loadable Hub repository folder '
+                      'here: config.json, model.safetensors and a README.md model card made '
+                      "from the work directory's config.json and metrics.jsonl.")
+  flags.DEFINE_string('push_to_hub', None, 'ORG/NAME: upload that repository folder to the '
+                      'Hugging Face Hub (log in first: hf auth login, or HF_TOKEN).')
+  flags.DEFINE_bool('hub_private', False, 'Create the --push_to_hub repository private.')
   flags.DEFINE_integer('resolution', None, "Input resolution; default: the "
                        "checkpoint's.")
 

@@ -16,8 +16,8 @@ FLAGS = flags.FLAGS
 
 def _define_flags() -> None:
   flags.DEFINE_string('from', None, 'Checkpoint to read (.npz, .safetensors, '
-                      '.pth/.bin, a transformers directory or a vit_jax work '
-                      'directory).', required=True)
+                      '.pth/.bin, a transformers directory, a vit_jax work '
+                      'directory or hf-hub:ORG/NAME[@REVISION]).', required=True)
   flags.DEFINE_string('to', None, 'Path to write; its format is read off the '
                       'name (a directory path: transformers).', required=True)
   flags.DEFINE_enum('to_format', None, list(formats.FORMATS),

@@ -17,6 +17,7 @@ from vit_jax.cli import train_flags
 from vit_jax.data import catalog
 from vit_jax.data import real_labels
 from vit_jax.inference import load
+from vit_jax.models.formats import hub
 from vit_jax.train import precheck
 
 
@@ -46,21 +47,41 @@ def check_evaluate(fv: flags.FlagValues) -> None:
     real_labels.read(fv.real_labels)  # exists, JSON, label-id lists
 
 
+def _check_hub_names(checkpoints) -> None:
+  """Each hf-hub: name resolves (malformed, not cached offline, no such revision: one line)."""
+  for checkpoint in checkpoints:
+    if hub.is_hub_name(checkpoint):
+      load.resolve_checkpoint(checkpoint)
+
+
 def check_fewshot(fv: flags.FlagValues) -> None:
-  """vit_jax.fewshot: the --datasets names."""
+  """vit_jax.fewshot: a hub name in --checkpoint, the --datasets names."""
+  _check_hub_names([fv.checkpoint])
   _check_dataset_entries(fv.datasets)
 
 
 def check_analyze(fv: flags.FlagValues) -> None:
-  """vit_jax.analyze: the --dataset name and where --out goes."""
+  """vit_jax.analyze: hub names in --checkpoint, the --dataset name and where --out goes."""
+  _check_hub_names(fv.checkpoint or [])
   _check_dataset_entries([fv.dataset] if fv.dataset else [])
   fileio.check_output_dir(fv.out, '--out')
 
 
 def check_export(fv: flags.FlagValues) -> None:
-  """vit_jax.export: where --output goes (not over the checkpoint)."""
-  fileio.check_output(fv.output, '--output',
-                      [('--checkpoint', load.resolve_checkpoint(fv.checkpoint))])
+  """vit_jax.export: what to write (--format/--output, --hub_dir, --push_to_hub) and where."""
+  checkpoint = load.resolve_checkpoint(fv.checkpoint)
+  if bool(fv.format) != bool(fv.output):
+    raise ValueError('--format and --output go together: pass both for a serving artifact.')
+  if not (fv.output or fv.hub_dir or fv.push_to_hub):
+    raise ValueError('Nothing to write: pass --format and --output (a serving artifact), '
+                     'or --hub_dir=DIR / --push_to_hub=ORG/NAME (a Hub repository).')
+  if fv.output:
+    fileio.check_output(fv.output, '--output', [('--checkpoint', checkpoint)])
+  if fv.hub_dir:
+    fileio.check_output(fv.hub_dir, '--hub_dir', [('--checkpoint', checkpoint)])
+    hub.check_folder(fv.hub_dir)
+  if fv.push_to_hub:
+    hub.check_push(fv.push_to_hub)
 
 
 def check_training(config: ml_collections.ConfigDict) -> None:

@@ -14,6 +14,7 @@ from vit_jax import errors
 from vit_jax import fileio
 from vit_jax.cli import train_flags
 from vit_jax.cli import vtab_runs
+from vit_jax.models.formats import hub
 from vit_jax.train import precheck
 
 PROG = 'vit_jax.vtab'
@@ -62,7 +63,7 @@ def apply_flags(config: ml_collections.ConfigDict, fv: flags.FlagValues) -> None
 def checkpoint_path(value: str) -> str:
   """--checkpoint as the runs record it: local paths absolute, `~` expanded."""
   value = os.path.expanduser(value)
-  return value if fileio.is_remote(value) else os.path.abspath(value)
+  return value if fileio.is_remote(value) or hub.is_hub_name(value) else os.path.abspath(value)
 
 
 def check(config: ml_collections.ConfigDict, fv: flags.FlagValues) -> None:

@@ -26,6 +26,7 @@ from vit_jax.models import families
 from vit_jax.models import formats
 from vit_jax.models import fp8
 from vit_jax.models import from_config
+from vit_jax.models.formats import hub
 
 CONFIG_FILE = rundir.CONFIG_FILE
 
@@ -75,12 +76,15 @@ def model_stride(model: nn.Module, probe_params: Optional[Any] = None) -> int:
 
 
 def resolve_checkpoint(path: str) -> str:
-  """The checkpoint a --checkpoint names: `~` is home, a vit_jax workdir its params.npz.
+  """The checkpoint a --checkpoint names: `~` is home, a vit_jax workdir its params.npz,
+  hf-hub:ORG/NAME[@REVISION] the repository in huggingface_hub's cache (formats.hub).
 
   A local path must exist. A work directory holds params.npz beside its config.json
   (which a transformers directory also has, of another kind); one whose run has not
   finished is an error.
   """
+  if hub.is_hub_name(path):
+    return hub.resolve(path)
   path = os.path.expanduser(os.fspath(path))
   if fileio.is_remote(path):
     return path

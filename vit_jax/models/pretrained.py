@@ -15,6 +15,7 @@ import numpy as np
 from vit_jax.models import families
 from vit_jax.models import formats
 from vit_jax.models import naming
+from vit_jax.models.formats import hub
 from vit_jax.models.formats import npz
 from vit_jax.models.posemb import interpolate_posemb
 
@@ -58,7 +59,8 @@ def load_pretrained(*,
   """Loads a checkpoint into the tree of `init_params` for fine-tuning.
 
   `pretrained_path` is an .npz, a timm state dict (.safetensors/.pth/.bin; the
-  heads come from model_config) or a transformers ViT directory.
+  heads come from model_config), a transformers ViT directory or a hub name
+  (hf-hub:ORG/NAME[@REVISION], resolved through huggingface_hub's cache).
   The head comes from `init_params`; the checkpoint's `pre_logits` is dropped
   when the new model has none and kept when its width matches (else taken
   from `init_params`, as when the checkpoint lacks it). Position embeddings are
@@ -70,6 +72,7 @@ def load_pretrained(*,
   """
   family = families.of_config(model_config)
   transformer = model_config.get('transformer') or {}
+  pretrained_path = hub.resolve(pretrained_path)
   tree = formats.read_params(pretrained_path, num_heads=transformer.get('num_heads'))
   if strict:  # strict=False is the API's way to load another depth on purpose
     _check_architecture(tree, init_params, pretrained_path)

@@ -20,6 +20,7 @@ from vit_jax import models
 from vit_jax.data import catalog
 from vit_jax.models import formats
 from vit_jax.models import from_config
+from vit_jax.models.formats import hub
 from vit_jax.train import ema
 from vit_jax.train import objectives
 from vit_jax.train import optimizers
@@ -184,6 +185,8 @@ def check(config: ml_collections.ConfigDict) -> tuple[Any, Any]:
   # The start checkpoint before the dataset: preparing a dataset may download for
   # minutes, and an unreadable checkpoint would stop the run after that anyway.
   path = pretrained_file(config)
+  if hub.is_hub_name(path):  # downloaded here (online) when the cache lacks it
+    path = hub.resolve(path)
   if path and fileio.is_remote(path):
     check_remote_checkpoint(path)
   if path:

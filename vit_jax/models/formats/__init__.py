@@ -78,6 +78,9 @@ def _check_options(options: Mapping[str, Any]) -> None:
 def _read_timm(path: str, model: Optional[str], num_heads: Optional[int],
                options: Mapping[str, Any]) -> tuple[Params, Optional[str], dict]:
   """(params, the preset `model` names or None, the ViT options the file lacks)."""
+  if model is None and num_heads is None:
+    # timm's config.json beside the file (a timm hub repository) names what it is.
+    model, num_heads = timm.config_model(files.timm_config(os.path.dirname(path)) or {})
   named = None
   if model is not None and model not in models.MODEL_CONFIGS and not timm.preset_for(model):
     named = timm.name_options(model)

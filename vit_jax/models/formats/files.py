@@ -224,6 +224,18 @@ def read_json(path: str) -> dict:
   return data
 
 
+def timm_config(directory: str) -> Optional[dict]:
+  """timm's config.json in `directory` (as its hub repositories hold), else None.
+
+  timm's names an `architecture`; a transformers config.json a `model_type` instead.
+  """
+  path = os.path.join(directory, 'config.json')
+  if not os.path.isfile(path):
+    return None
+  config = read_json(path)
+  return config if 'architecture' in config and 'model_type' not in config else None
+
+
 def hf_weights(directory: str) -> dict[str, np.ndarray]:
   """The weights of a transformers directory (single file or sharded)."""
   for name in HF_WEIGHTS:

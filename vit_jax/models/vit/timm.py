@@ -103,6 +103,19 @@ def name_options(timm_name: str) -> Optional[dict]:
   return out
 
 
+def config_model(config: Mapping[str, Any]) -> tuple[Optional[str], Optional[int]]:
+  """(timm model name, head count) from timm's config.json ({} gives (None, None)).
+
+  Its `model_args` (what timm.create_model was given beyond the name) override the
+  name's sizes: a head count there wins, and the name is then not checked.
+  """
+  heads = (config.get('model_args') or {}).get('num_heads')
+  if isinstance(heads, int):
+    return None, heads
+  name = config.get('architecture')
+  return (name if isinstance(name, str) and name else None), None
+
+
 def unsupported_family(keys) -> Optional[str]:
   """The features vit_jax lacks that mark a state dict as no timm VisionTransformer, if any.
 
