@@ -180,26 +180,30 @@ def forward(model: nn.Module) -> Callable[[dict, jax.Array], jax.Array]:
 
 def pick_batch(requested: int, n_images: Optional[int] = None,
                per_image_bytes: Optional[float] = None, param_bytes: float = 0,
-               device: Optional[jax.Device] = None) -> int:
+               limit: Optional[float] = None) -> int:
   """The serving batch: `requested` if > 0, else what the device memory holds.
 
-  From memory: the largest power of two (<= MAX_BATCH) whose activations
-  (`per_image_bytes` each) fill at most MEMORY_SHARE of what the parameters leave;
-  HOST_BATCH where the device reports no limit. Never more than `n_images` needs
+  From memory (`limit`: the device's bytes): the largest power of two (<= MAX_BATCH)
+  whose activations (`per_image_bytes` each) fill at most MEMORY_SHARE of what the
+  parameters leave; HOST_BATCH without a limit (CPU). Never more than `n_images` needs
   (rounded up to a power of two).
   """
   if requested > 0:
     return requested
   batch = HOST_BATCH
-  device = device or jax.devices()[0]
-  stats = device.memory_stats() if hasattr(device, 'memory_stats') else None
-  limit = (stats or {}).get('bytes_limit')
   if limit and per_image_bytes:
     fits = int(MEMORY_SHARE * max(limit - param_bytes, 0) / per_image_bytes)
     batch = 1 << max(min(fits, MAX_BATCH).bit_length() - 1, 0)
   if n_images:
     batch = min(batch, 1 << max(n_images - 1, 0).bit_length())
-  return max(batch, 1)
+  return batch
+
+
+def device_limit(device: Optional[jax.Device] = None) -> Optional[float]:
+  """Bytes the device's allocator may hand out (None where it reports none: CPU)."""
+  device = device or jax.devices()[0]
+  stats = device.memory_stats() if hasattr(device, 'memory_stats') else None
+  return (stats or {}).get('bytes_limit')
 
 
 @dataclasses.dataclass
@@ -267,9 +271,8 @@ def build(model: nn.Module, params: Any, resolution: int, *, dtype: Any = None,
   served = inference_model(model, dtype, weights)
   shape = (1, resolution, resolution, 3)
   prepared = prepare(served, params, shape)
-  per_image = None
-  if batch <= 0 and jax.devices()[0].platform != 'cpu':
-    per_image = _per_image_bytes(served, prepared, shape)
-  size = pick_batch(batch, n_images, per_image, _tree_bytes(prepared))
+  limit = device_limit() if batch <= 0 else None
+  per_image = _per_image_bytes(served, prepared, shape) if limit else None
+  size = pick_batch(batch, n_images, per_image, _tree_bytes(prepared), limit)
   compiled = compile_forward(served, prepared, (size,) + shape[1:], transform=transform)
   return Engine(served, prepared, size, compiled)

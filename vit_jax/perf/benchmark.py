@@ -43,6 +43,7 @@ from vit_jax.configs import experiments
 from vit_jax.configs import recipes
 from vit_jax.data import catalog
 from vit_jax.data import view_counts
+from vit_jax.inference import engine
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
 from vit_jax.models import fp8
@@ -344,6 +345,7 @@ def _run(args: Any, config: Any, model: Any,
   if args.mode == 'train':
     objectives.check_views(objective, config.pp)
   state, state_sh = new_state(config, objective, tx, args.resolution, mesh)
+  ran = model  # the model the timed step runs
   if args.mode == 'train':
     res['optimizer'] = args.optimizer
     res['objective'] = args.objective
@@ -352,18 +354,22 @@ def _run(args: Any, config: Any, model: Any,
         mesh, state_sh, donate=args.donate)
     params_or_state = state
   else:
-    params_or_state = state.params
+    # The serving path predict and evaluate run: weights made ready once (cast, float8).
+    ran = engine.inference_model(model, weights='fp8' if args.matmul == 'fp8' else 'default',
+                                 fused_qkv=config.model.get('fused_qkv'))
+    params_or_state = engine.prepare(ran, state.params,
+                                     (1, args.resolution, args.resolution, 3))
     del state
-    fn = jax.jit(lambda p, b: model.apply({'params': p}, b['image'],
-                                          train=False),
-                 in_shardings=(state_sh.params, batch_sharding))
+    forward = engine.forward(ran)
+    fn = jax.jit(lambda p, b: forward(p, b['image']),
+                 in_shardings=(None, batch_sharding))
   batch = jax.device_put(host, batch_sharding)
   t = time.perf_counter()
   compiled = fn.lower(params_or_state, batch).compile()
   res['compile_s'] = time.perf_counter() - t
   res['compiled_mem_gib'], res['donated_gib'] = _compiled_memory(compiled)
-  if not config.model.get('fused_qkv', True):
-    res['fused_qkv'] = False
+  if 'fused_qkv' in models.family_of(model).options:  # what the step ran: None resolved
+    res['fused_qkv'] = vit_lib.resolve_fused_qkv(ran.fused_qkv, train=args.mode == 'train')
   # The compiled step's text (a few MB for ViT-B on a GPU), read once for what needs it.
   hlo_text = compiled.as_text() if args.matmul != 'default' or args.profile_dir else ''
   if args.matmul != 'default':
@@ -530,8 +536,9 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                     'Patch embedding as a strided conv or a matmul.', **d)
   flags.DEFINE_enum('matmul', 'default', list(fp8.MATMULS), "The blocks' "
                     'projections: default (dtype) or fp8 (float8, Hopper GPUs).', **d)
-  flags.DEFINE_bool('fused_qkv', True, 'Query, key and value as one matmul '
-                    '(--nofused_qkv: three, each in the layout attention reads).', **d)
+  flags.DEFINE_bool('fused_qkv', None, 'Query, key and value as one matmul '
+                    '(--nofused_qkv: three, each in the layout attention reads); '
+                    'unset: the faster for the backend and mode.', **d)
   flags.DEFINE_float('dropout', -1.0, "Dropout rate; -1 keeps the preset's.", **d)
   flags.DEFINE_bool('donate', True, 'Donate the train state to the step '
                     '(--nodonate to see what donation saves).', **d)
