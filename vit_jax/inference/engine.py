@@ -7,12 +7,15 @@ run it. Against a plain `jit(model.apply)` it:
   once at load, every parameter the model would cast to it on each call (found in the
   traced program: values that reach a cast to the compute dtype through layout ops only),
   so the logits are those of the model in that dtype, bit for bit in what is cast;
-- builds q/k/v as the inference lever measured fastest (`INFERENCE_FUSED_QKV`);
+- builds q/k/v as measured fastest for inference on the backend
+  (vit_jax/models/vit/options.py FUSED_QKV_FASTEST), whatever the model trained with;
 - optionally (`weights='fp8'`) holds the blocks' projection kernels as float8 with one
   scale per tensor, quantized once (vit_jax/models/fp8.py), and runs those matmuls in
   float8, the activations scaled per call;
 - pads a ragged last batch, so one compiled shape serves every batch, of a size chosen
   from the device memory (or given).
+The image buffer is not donated: XLA reuses a donated input only for an output of its
+shape, and the logits have another (JAX warns that such a donation is unusable).
 """
 import dataclasses
 from typing import Any, Callable, Optional
@@ -206,7 +209,7 @@ def device_limit(device: Optional[jax.Device] = None) -> Optional[float]:
   return (stats or {}).get('bytes_limit')
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Engine:
   """A served model: prepared parameters and one compiled forward for batches of `batch`."""
   model: nn.Module
@@ -231,14 +234,13 @@ class Engine:
 
 def compile_forward(model: nn.Module, prepared: dict, image_shape: tuple,
                     transform: Optional[Callable] = None) -> Any:
-  """The forward (then `transform` of the logits) compiled for batches of `image_shape`.
+  """The forward (then `transform` of the logits) compiled for batches of `image_shape`."""
+  logits = forward(model)
 
-  The image buffer is not donated: XLA reuses a donated input only for an output of
-  its shape, and the logits have another (JAX warns the donation is unusable).
-  """
-  fn = forward(model)
-  if transform is not None:
-    fn = (lambda inner: lambda p, x: transform(inner(p, x)))(fn)
+  def fn(prepared: dict, images: jax.Array) -> jax.Array:
+    out = logits(prepared, images)
+    return out if transform is None else transform(out)
+
   return jax.jit(fn).lower(prepared, jax.ShapeDtypeStruct(image_shape, jnp.float32)).compile()
 
 
