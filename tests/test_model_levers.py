@@ -125,7 +125,7 @@ class LeverErrorTest(absltest.TestCase):
     self._init(remat='True')
 
   def test_fused_qkv_must_be_a_bool(self):
-    with self.assertRaisesRegex(ValueError, "Unknown fused_qkv 'no'; use one of True, False"):
+    with self.assertRaisesRegex(ValueError, "Unknown fused_qkv 'no'; use one of None, True, False"):
       models.get_model('ViT-Ti_16', num_classes=4, fused_qkv='no')
 
   def test_unknown_patch_embedding(self):

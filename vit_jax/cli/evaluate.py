@@ -13,6 +13,7 @@ from vit_jax.cli import early
 from vit_jax.data import sources
 from vit_jax.evaluators import base
 from vit_jax.evaluators import classification
+from vit_jax.inference import engine
 from vit_jax.inference import load
 from vit_jax.parallel import sharding
 from vit_jax.train import objectives
@@ -73,7 +74,8 @@ def main(argv: Sequence[str]) -> None:
   evaluator = classification.Classification(
       'eval', ml_collections.ConfigDict({'split': info.eval_split, 'label_key': label_key,
                                          'real_labels': FLAGS.real_labels or ''}),
-      base.Context(config, loaded.model, mesh,
+      # The compute dtype of the backend (bf16 on GPU/TPU), as predict serves it.
+      base.Context(config, engine.inference_model(loaded.model, dtype='auto'), mesh,
                    objectives.LOSSES[config.objectives.supervised.loss]))
   metrics = evaluator.run(loaded.params)
   print(result_line(config.dataset, info.eval_split, metrics))

@@ -25,7 +25,7 @@ Batches are padded and masked (vit_jax.data.pipeline), so no example is dropped 
 counted twice, on any number of devices and hosts.
 """
 import copy
-from typing import Any
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -36,21 +36,27 @@ from vit_jax.data import label_sets
 from vit_jax.data import pipeline
 from vit_jax.data import sources
 from vit_jax.evaluators import base
+from vit_jax.inference import engine
 from vit_jax.parallel import sharding
 
 # The options that choose the evaluated data; '' = the run's.
 DATA_OPTIONS = ('dataset', 'split', 'pp', 'label_key', 'real_labels')
 
 
-def eval_step(model: Any, example_loss: Any, sets: bool = False):
+def eval_step(model: Any, example_loss: Any, sets: bool = False,
+              forward: Optional[Callable[[Any, jax.Array], jax.Array]] = None):
   """Returns eval(params, batch) -> sums of correct predictions, loss and examples.
 
   sets=True (labels are sets of classes): sums of correct predictions, images with
-  labels and images without.
+  labels and images without. `forward` (params, images) -> logits: default the
+  model's deterministic apply; the evaluator passes the inference engine's.
   """
+  if forward is None:
+    forward = lambda params, images: model.apply(  # noqa: E731
+        {'params': params}, images, train=False)
 
   def step(params: Any, batch: dict) -> dict:
-    logits = model.apply({'params': params}, batch['image'], train=False)
+    logits = forward(params, batch['image'])
     mask = batch['mask']
     labels = batch['label']
     top1 = jnp.argmax(logits, axis=-1)
@@ -167,15 +173,24 @@ class Classification(base.Evaluator):
     if context.example_loss is None and not self._label_sets:
       raise ValueError(f'config.evals.{name}: the objective has no classification loss; '
                        'disable this evaluator (every=-1).')
+    # The serving path: weights cast once per run, q/k/v as fastest for inference.
+    self._served = engine.inference_model(context.model)
+    self._prepare = None  # made at the first batch, when the image shape is known
     self._step = jax.jit(
         sharding.with_activation_constraints(
-            eval_step(context.model, context.example_loss, self._label_sets), mesh),
+            eval_step(self._served, context.example_loss, self._label_sets,
+                      engine.forward(self._served)), mesh),
         in_shardings=(None, sharding.batch_sharding(mesh)))
 
   def run(self, params: Any) -> dict[str, Any]:
-    totals = None
+    totals, prepared = None, None
     for batch in self._data:
-      out = self._step(params, batch)
+      if self._prepare is None:
+        self._prepare = engine.preparer(self._served, params,
+                                        (1,) + tuple(batch['image'].shape[1:]))
+      if prepared is None:
+        prepared = self._prepare(params)
+      out = self._step(prepared, batch)
       totals = out if totals is None else jax.tree.map(jnp.add, totals, out)
     totals = jax.device_get(totals)
     count = float(totals['count'])

@@ -43,6 +43,7 @@ from vit_jax.configs import experiments
 from vit_jax.configs import recipes
 from vit_jax.data import catalog
 from vit_jax.data import view_counts
+from vit_jax.inference import engine
 from vit_jax.models import attention as attention_lib
 from vit_jax.models import flops
 from vit_jax.models import fp8
@@ -346,6 +347,7 @@ def _run(args: Any, config: Any, model: Any,
   if args.mode == 'train':
     objectives.check_views(objective, config.pp)
   state, state_sh = new_state(config, objective, tx, args.resolution, mesh)
+  ran = model  # the model the timed step runs
   if args.mode == 'train':
     res['optimizer'] = args.optimizer
     res['objective'] = args.objective
@@ -353,23 +355,32 @@ def _run(args: Any, config: Any, model: Any,
         train_step.make_train_step(objective, tx, config.accum_steps, schedule),
         mesh, state_sh, donate=args.donate)
     params_or_state = state
-  else:
+  elif args.matmul == 'fp8_delayed':
     # fp8_delayed inference scales by the histories training kept (no amax reductions).
     histories = state.extra.get(train_step.FP8_KEY, {})
     params_or_state = fp8.merge_histories(state.params, histories)
     del state
-    fn = jax.jit(lambda p, b: model.apply({'params': p}, b['image'],
-                                          train=False),
+    fn = jax.jit(lambda p, b: model.apply({'params': p}, b['image'], train=False),
                  in_shardings=(fp8.merge_histories(
                      state_sh.params, state_sh.extra.get(train_step.FP8_KEY, {})),
                                batch_sharding))
+  else:
+    # The serving path predict and evaluate run: weights made ready once (cast, float8).
+    ran = engine.inference_model(model, weights='fp8' if args.matmul == 'fp8' else 'default',
+                                 fused_qkv=config.model.get('fused_qkv'))
+    params_or_state = engine.prepare(ran, state.params,
+                                     (1, args.resolution, args.resolution, 3))
+    del state
+    forward = engine.forward(ran)
+    fn = jax.jit(lambda p, b: forward(p, b['image']),
+                 in_shardings=(None, batch_sharding))
   batch = jax.device_put(host, batch_sharding)
   t = time.perf_counter()
   compiled = fn.lower(params_or_state, batch).compile()
   res['compile_s'] = time.perf_counter() - t
   res['compiled_mem_gib'], res['donated_gib'] = _compiled_memory(compiled)
-  if not config.model.get('fused_qkv', True):
-    res['fused_qkv'] = False
+  if 'fused_qkv' in models.family_of(model).options:  # what the step ran: None resolved
+    res['fused_qkv'] = vit_lib.resolve_fused_qkv(ran.fused_qkv, train=args.mode == 'train')
   if config.model.get('mlp_kernel', 'xla') != 'xla':
     res['mlp_kernel'] = config.model.mlp_kernel
     res['mlp_blocks'] = config.model.get('mlp_kernel_blocks', '')
@@ -540,8 +551,9 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum('matmul', 'default', list(fp8.MATMULS), "The blocks' "
                     'projections: default (dtype), fp8 (float8 scaled by each operand) or '
                     'fp8_delayed (float8 scaled by amax histories; Hopper GPUs).', **d)
-  flags.DEFINE_bool('fused_qkv', True, 'Query, key and value as one matmul '
-                    '(--nofused_qkv: three, each in the layout attention reads).', **d)
+  flags.DEFINE_bool('fused_qkv', None, 'Query, key and value as one matmul '
+                    '(--nofused_qkv: three, each in the layout attention reads); '
+                    'unset: the faster for the backend and mode.', **d)
   flags.DEFINE_enum('mlp_kernel', 'xla', list(mlp_kernel.KERNELS), "The MLP: xla, or "
                     'pallas (bias + GELU and their gradients inside the matmuls).', **d)
   flags.DEFINE_string('mlp_blocks', '', "--mlp_kernel=pallas tiles 'm,n,k,num_warps,"

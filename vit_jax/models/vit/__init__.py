@@ -33,6 +33,7 @@ from vit_jax.models.vit.model import num_prefix_tokens
 from vit_jax.models.vit.model import patch_embedding
 from vit_jax.models.vit.model import posemb_prefix_tokens
 from vit_jax.models.vit.options import OPTIONS
+from vit_jax.models.vit.options import resolve_fused_qkv
 from vit_jax.models.vit.tree import POSEMB_PATH
 from vit_jax.models.vit.tree import adapt_posemb
 from vit_jax.models.vit.tree import embed

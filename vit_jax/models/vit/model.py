@@ -45,7 +45,7 @@ class BlockConfig:
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
   matmul: str = 'default'
-  fused_qkv: bool = True
+  fused_qkv: Optional[bool] = None  # None: the faster for the backend (options.py)
   mlp_kernel: str = 'xla'
   mlp_kernel_blocks: str = ''
 
@@ -74,7 +74,8 @@ class Encoder1DBlock(nn.Module):
         pad_multiple=c.attention_pad_multiple,
         valid_tokens=self.valid_tokens, qkv_bias=c.qkv_bias,
         qk_norm=c.qk_norm, epsilon=c.layer_norm_epsilon,
-        matmul=c.matmul, fused_qkv=c.fused_qkv,
+        matmul=c.matmul,
+        fused_qkv=options.resolve_fused_qkv(c.fused_qkv, train=not self.deterministic),
         name='MultiHeadDotProductAttention_0')(x)
     x = nn.Dropout(c.dropout_rate)(x, deterministic=self.deterministic)
     if c.layer_scale:
@@ -244,7 +245,7 @@ class VisionTransformer(nn.Module):
   qkv_bias: bool = True
   layer_norm_epsilon: float = 1e-6
   matmul: str = 'default'
-  fused_qkv: bool = True
+  fused_qkv: Optional[bool] = None
   mlp_kernel: str = 'xla'
   mlp_kernel_blocks: str = ''
 

@@ -12,6 +12,8 @@ need nothing.
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+import jax
+
 from vit_jax.models import families
 from vit_jax.models import fp8
 from vit_jax.models import mlp_kernel
@@ -110,8 +112,9 @@ OPTIONS: tuple[Option, ...] = (
            "scaled by each operand's maximum; 'fp8_delayed': scaled by amax histories "
            "kept in the train state (Transformer Engine's delayed scaling)",
            allowed=fp8.MATMULS, config='default', block=True),
-    Option('fused_qkv', True, bool, 'query, key and value as one matmul (False: three; same '
-           'function and parameters)', allowed=_BOOL, config=True, block=True),
+    Option('fused_qkv', None, bool, 'query, key and value as one matmul (False: three; same '
+           'function and parameters); None: the faster for the backend and mode '
+           '(FUSED_QKV_FASTEST)', allowed=(None, True, False), block=True),
     Option('mlp_kernel', 'xla', str, "'pallas': the MLP's bias + GELU and their gradients "
            'inside its matmuls (Triton on GPU; gelu_tanh/quick_gelu, no MLP dropout; same '
            'parameters)', allowed=mlp_kernel.KERNELS, config='xla', block=True),
@@ -119,8 +122,23 @@ OPTIONS: tuple[Option, ...] = (
            "('': 128,256,64,8,3)", config='', block=True),
 )
 
+# Whether one q/k/v matmul beats three, measured per (backend, train): the H100 step
+# (docs/results/gpu_h100*.csv: three +5% in training) and the CPU's
+# (docs/results/cpu_levers.csv). A backend not listed gets three.
+FUSED_QKV_FASTEST: Mapping[tuple[str, bool], bool] = {
+    ('gpu', True): False, ('gpu', False): False,
+    ('cpu', True): True, ('cpu', False): True,
+}
+
 BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 BLOCK_OPTIONS: tuple[str, ...] = tuple(o.name for o in OPTIONS if o.block)
+
+
+def resolve_fused_qkv(value: Optional[bool], train: bool, backend: str = '') -> bool:
+  """fused_qkv's value at trace time: None is the faster for `backend` (default: JAX's)."""
+  if value is not None:
+    return bool(value)
+  return FUSED_QKV_FASTEST.get((backend or jax.default_backend(), train), False)
 
 
 def config_defaults() -> dict[str, Any]:
