@@ -74,7 +74,9 @@ _SLOW_FILES = {'test_train.py': 138, 'test_dino.py': 122, 'test_run_lifecycle.py
                'test_linear_protocols.py': 80, 'test_real.py': 70, 'test_vtab.py': 70,
                'test_error_wording.py': 40, 'test_entry.py': 40,
                # Added 2026-11-28 (issue 46): runs under a file-size limit and a full tmpfs.
-               'test_disk_faults.py': 60}
+               'test_disk_faults.py': 60,
+               # Added 2026-11-28 (issue 43): three tiny runs against a teacher, resume.
+               'test_distill.py': 60}
 
 
 def pytest_collection_modifyitems(items):

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tests import commands
+from tests import tiny_trained
 from tests.tiny_train_config import tiny_config
 from vit_jax import checkpoint
 from vit_jax import configs
@@ -103,17 +104,16 @@ class LossTest(parameterized.TestCase):
 
 
 class ObjectiveTest(parameterized.TestCase):
-  """A real teacher (the tiny model, trained for 8 steps) and a student around it."""
+  """A real teacher (the session's tiny trained model) and a student around it."""
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
     root = os.path.join(absltest.get_default_test_tmpdir(), 'distill')
     shutil.rmtree(root, ignore_errors=True)
-    cls.teacher_dir = os.path.join(root, 'teacher')
-    loop.train_and_evaluate(tiny_config(checkpoint_every=0, total_steps=8,
-                                        model={**tiny_config().model, 'hidden_size': 24}),
-                            cls.teacher_dir, devices=jax.devices()[:1])
+    os.makedirs(root)
+    # The session's shared tiny model (width 64, 2 blocks), a workdir with config.json.
+    cls.teacher_dir = os.path.dirname(tiny_trained.trained()[0])
     cls.root = root
 
   def _objective(self, **options):
@@ -124,7 +124,7 @@ class ObjectiveTest(parameterized.TestCase):
     _, objective = self._objective(mode='logits', teacher_resolution=56)
     teacher = objective.teacher
     self.assertEqual((teacher.resolution, teacher.num_classes), (56, CLASSES))
-    self.assertEqual(teacher.model.hidden_size, 24)
+    self.assertEqual(teacher.model.hidden_size, 64)
     images = jax.random.uniform(jax.random.PRNGKey(1), (3, 28, 28, 3), minval=-1, maxval=1)
     by_hand = teacher.model.apply({'params': teacher.params},
                                   jax.image.resize(images, (3, 56, 56, 3), 'bilinear'),

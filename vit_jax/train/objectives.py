@@ -18,6 +18,10 @@ step)` returns (loss, (metrics, stats)) and `update_state(state, new params, sta
 runs after the optimizer update in the same jitted step (vit_jax.train.step). It lives in
 the train state's extra[STATE_KEY], sharded, checkpointed and resumed with the rest.
 Its result (`result_params`) may be that state rather than the trained parameters.
+
+`distill` (vit_jax.train.distill) trains the model against a frozen teacher read from a
+checkpoint: the teacher's parameters are constants of the step (placed on the mesh by
+`on_mesh`), not state, so neither the optimizer nor the checkpoint holds them.
 """
 import dataclasses
 import inspect
@@ -182,6 +186,7 @@ def register(name: str, factory: Callable[..., Objective],
   (optional) takes the options and raises one-line errors before any data is read.
   """
   OBJECTIVES[name] = factory
+  OPTION_CHECKS.pop(name, None)  # a replaced objective's check goes with it
   if check is not None:
     OPTION_CHECKS[name] = check
 
