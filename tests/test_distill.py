@@ -267,6 +267,13 @@ class RecipeTest(absltest.TestCase):
     soft = _deit('s16,imagenet2012,distill=soft')
     self.assertEqual((soft.objectives.distill.mode, soft.objectives.distill.alpha,
                       soft.objectives.distill.tau), ('soft', 0.5, 1.0))
+    # big_vision's bit_i1k.py: KL at t 1 alone, mixup p 1.0, 1200 epochs (of 1,281,167
+    # images at DeiT's batch 1024); no token, labels unread.
+    patient = _deit('s16,imagenet2012,distill=patient')
+    self.assertEqual(
+        (patient.objectives.distill.mode, patient.objectives.distill.tau,
+         patient.model.distilled, patient.total_steps, patient.pp.mixup, patient.pp.cutmix),
+        ('patient', 1.0, False, 1_501_367, 1.0, 0.0))
 
   def test_unknown_distill_mode_in_the_argument(self):
     with self.assertRaisesRegex(ValueError, r"distill='hrad'.*did you mean hard"):

@@ -25,6 +25,7 @@ big_vision configs/proj/distill/bit_i1k.py: kl, t 1.0, mixup, 1200 epochs.
 At evaluation a distilled student's two heads are averaged (the model's own output).
 """
 import dataclasses
+import logging
 import math
 from typing import Any, Optional
 
@@ -37,6 +38,7 @@ from vit_jax import errors
 from vit_jax.inference import load
 from vit_jax.models import families
 from vit_jax.models import flops
+from vit_jax.models import naming
 from vit_jax.train import objective_base
 
 Params = Any
@@ -231,4 +233,7 @@ def make(model: nn.Module, *, teacher: str = '', mode: str = 'hard', alpha: floa
     raise ValueError(f'{_key("teacher")}={teacher} has {loaded.num_classes} classes, the '
                      f'student {classes}: distil from a teacher trained on the same '
                      'labels.')
+  logging.info('Distilling (%s) from %s: %s at %d px, %d classes.', mode, teacher,
+               naming.label(loaded.model, loaded.model.model_name), loaded.resolution,
+               loaded.num_classes)
   return Distill(model, loaded, mode, float(alpha), float(tau))
