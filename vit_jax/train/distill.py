@@ -80,7 +80,7 @@ def check_options(options: dict[str, Any]) -> None:
   try:
     load.resolve_checkpoint(teacher)
   except (OSError, ValueError) as e:
-    raise type(e)(f'{_key("teacher")}: {errors.first_line(e)}') from None
+    raise type(e)(f'{_key("teacher")}: {errors.first_line(e, None)}') from None
 
 
 def _is_number(value: Any) -> bool:
@@ -126,7 +126,7 @@ def load_teacher(path: str, model_name: str = '', resolution: int = 0,
   try:
     loaded = load.load_model(model_name or None, path, resolution or None, **overrides)
   except (OSError, ValueError) as e:
-    raise type(e)(f'{_key("teacher")}={path}: {errors.first_line(e)}') from None
+    raise type(e)(f'{_key("teacher")}={path}: {errors.first_line(e, None)}') from None
   params = jax.tree.map(jnp.asarray, loaded.params)
   return Teacher(loaded.model, params, loaded.resolution, path)
 
