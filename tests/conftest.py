@@ -82,7 +82,9 @@ _SLOW_FILES = {'test_train.py': 138, 'test_dino.py': 122, 'test_run_lifecycle.py
                # Added 2026-11-28 (issue 43): an export to a Hub folder, commands' one-line errors.
                'test_hub.py': 60,
                # Added 2026-11-28 (issue 41): engine builds and the tiny trained model.
-               'test_inference_engine.py': 50}
+               'test_inference_engine.py': 50,
+               # Added 2026-11-28 (issue 43): three tiny runs against a teacher, resume.
+               'test_distill.py': 60}
 
 
 def pytest_collection_modifyitems(items):

@@ -14,6 +14,7 @@ import ml_collections
 from vit_jax import errors
 from vit_jax import models
 from vit_jax.data import catalog
+from vit_jax.train import distill
 
 # Short names accepted on the command line (vit.py:b16,cifar10) -> presets.
 MODEL_SHORT_NAMES = {
@@ -522,6 +523,35 @@ def apply_deit(c: ml_collections.ConfigDict, dataset: str) -> None:
   c.evals.test.every = 5000
   c.checkpoint_every = 2000
   apply_imagenet_variants(c)
+
+
+# DeiT's distillation (facebookresearch/deit main.py, losses.py): the student gains the
+# distillation token and head (trained on the teacher's argmax in 'hard', its softened
+# output in 'soft'), alpha 0.5, tau 1.0, the rest of DeiT's recipe unchanged. DeiT's
+# teacher, a RegNetY-16GF (82.9% top-1), is replaced by a classifier this project reads:
+# timm's ViT-B/16 AugReg2 (ImageNet-21k then 1k at 224 px, 85.1% top-1; inputs in [-1, 1]).
+DISTILL_TEACHER = 'hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k'
+# big_vision's "patient and consistent" form (configs/proj/distill/bit_i1k.py): the KL at
+# t 1.0 alone, teacher and student on the same mixed-up crop (mixup p 1.0), 1200 epochs.
+PATIENT_EPOCHS = 1200
+PATIENT_MIXUP = 1.0
+
+
+def apply_deit_distill(c: ml_collections.ConfigDict, dataset: str, mode: str,
+                       teacher: str = DISTILL_TEACHER) -> None:
+  """DeiT's recipe (apply_deit) distilled from `teacher` in `mode` (distill.MODES)."""
+  distill.check_mode(mode, 'distill')
+  c.objective = 'distill'
+  c.objectives.distill.teacher = teacher
+  c.objectives.distill.mode = mode
+  c.objectives.distill.alpha = 0.5
+  c.objectives.distill.tau = 1.0
+  c.model.distilled = mode in ('hard', 'soft')
+  if mode == 'patient':
+    _apply_epochs(c, dataset, PATIENT_EPOCHS, DEIT_WARMUP_EPOCHS)
+    c.pp.mixup = PATIENT_MIXUP
+    c.pp.cutmix = 0.0
+    c.pp.label_smoothing = 0.0  # labels are not read
 
 
 # MAE fine-tuning (He et al. 2021; facebookresearch/mae FINETUNE.md and main_finetune.py,

@@ -120,6 +120,7 @@ def _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
            changes, started) -> dict:
   """The loop of train_and_evaluate, from the initial state to params.npz."""
   run_config = resolved_config(config, info.num_classes)  # what config.json records
+  objective = objective.on_mesh(mesh)  # its constants (a frozen teacher) placed once
   state, shardings, start = _initial_state(run_config, mesh, objective, tx, ckpt)
   step_fn = jitted_step(config, objective, tx, schedule, mesh, shardings)
   writer = writers.make_writer(workdir)

@@ -12,6 +12,7 @@ The hooks, by who calls them:
   example_loss                                   evaluation's per-example loss
   check_views                                    the config check (multi-crop batches)
   flops_per_image, train_flops_per_image         MFU and the benchmark
+  on_mesh                                        the loop, once its mesh exists
 """
 from typing import Any, Callable, Optional
 
@@ -92,6 +93,11 @@ class Objective:
   def check_views(self, crop: int, views: Optional[Views]) -> None:
     """One-line errors where the objective cannot train on these views; None: one image."""
     del crop, views
+
+  def on_mesh(self, mesh: jax.sharding.Mesh) -> 'Objective':
+    """The objective with its constants (a frozen teacher) on `mesh`; by default itself."""
+    del mesh
+    return self
 
   def flops_per_image(self, resolution: int) -> float:
     """Forward matmul FLOPs of one image: by default the model's."""

@@ -18,6 +18,10 @@ step)` returns (loss, (metrics, stats)) and `update_state(state, new params, sta
 runs after the optimizer update in the same jitted step (vit_jax.train.step). It lives in
 the train state's extra[STATE_KEY], sharded, checkpointed and resumed with the rest.
 Its result (`result_params`) may be that state rather than the trained parameters.
+
+`distill` (vit_jax.train.distill) trains the model against a frozen teacher read from a
+checkpoint: the teacher's parameters are constants of the step (placed on the mesh by
+`on_mesh`), not state, so neither the optimizer nor the checkpoint holds them.
 """
 import dataclasses
 import inspect
@@ -33,6 +37,7 @@ from vit_jax.data import view_counts
 from vit_jax.models import mae
 from vit_jax.models import masked_patch
 from vit_jax.train import dino
+from vit_jax.train import distill
 from vit_jax.train import objective_base
 
 Params = Any
@@ -164,17 +169,26 @@ def _mae(model: nn.Module, *, mask_ratio: float = 0.75, decoder_width: int = 512
 # Factories taking a `total_steps` argument get config.total_steps (schedules over the run).
 OBJECTIVES: dict[str, Callable[..., Objective]] = {
     'supervised': _supervised, 'masked_patch': _masked_patch, 'mae': _mae,
-    'dino': dino.make}
+    'dino': dino.make, distill.NAME: distill.make}
 _FROM_CONFIG = ('model', 'total_steps')
+# name -> check(options with their defaults): the one-line errors an objective can tell
+# before the dataset is read and the model built (e.g. a teacher file that does not exist).
+OPTION_CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    distill.NAME: distill.check_options}
 
 
-def register(name: str, factory: Callable[..., Objective]) -> None:
+def register(name: str, factory: Callable[..., Objective],
+             check: Optional[Callable[[dict[str, Any]], None]] = None) -> None:
   """Makes `factory(model, **options)` selectable as config.objective=name.
 
   The factory's keyword defaults are the options (config.objectives.<name>, derived by
-  vit_jax.configs.base from `defaults`); it returns an `Objective` subclass.
+  vit_jax.configs.base from `defaults`); it returns an `Objective` subclass. `check`
+  (optional) takes the options and raises one-line errors before any data is read.
   """
   OBJECTIVES[name] = factory
+  OPTION_CHECKS.pop(name, None)  # a replaced objective's check goes with it
+  if check is not None:
+    OPTION_CHECKS[name] = check
 
 
 def _parameters(name: str) -> dict[str, inspect.Parameter]:
@@ -201,13 +215,14 @@ def check(config: ml_collections.ConfigDict) -> None:
   if ratio is not None:  # before the dataset is read (the model checks it again)
     mae.check_ratio(ratio, f'config.objectives.{config.objective}.mask_ratio')
   params = _parameters(config.objective)
-  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-    return
-  for key in _options(config):
+  takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+  for key in [] if takes_any else _options(config):
     if key not in params or key in _FROM_CONFIG:
       valid = sorted(set(params) - set(_FROM_CONFIG))
       raise ValueError(f'config.objectives.{config.objective}.{key} is not an option of '
                        f'objective {config.objective!r}; its options: {", ".join(valid)}.')
+  if config.objective in OPTION_CHECKS:
+    OPTION_CHECKS[config.objective]({**defaults(config.objective), **_options(config)})
 
 
 def make(config: ml_collections.ConfigDict, model: nn.Module) -> Objective:
