@@ -116,7 +116,7 @@ def _launch(num_processes: int, devices_per_process: int, workdir: str) -> str:
 
 
 def _train_here(workdir: str) -> None:
-  """The same run in this process, on 4 of its CPU devices: no interpreter to start."""
+  """The same run (or its resumption) in this process, on 4 of its CPU devices."""
   c = configs.load(os.path.join(REPO, 'configs', 'quickstart.py'))
   c.update_from_flattened_dict({**RUN, 'data_dir': tfds_testdata.data_dir()})
   loop.train_and_evaluate(c, workdir, devices=jax.devices()[:4])
@@ -199,10 +199,10 @@ class MultiProcessTest(absltest.TestCase):
 
   def test_resume_two_process_checkpoint_on_one_process(self):
     # The other direction (1x4 written, 2x2 resumed) takes the same orbax path; it is left
-    # out to keep the suite fast. launch/local.sh with one process runs here.
+    # out to keep the suite fast.
     workdir = os.path.join(self.root, 'resumed_on_one')
     _copy_checkpoint(self.two_by_two, 3, workdir)
-    _launch(1, 4, workdir)
+    _train_here(workdir)
     self.assert_matches_one_by_four(workdir, range(4, 7))
 
 
