@@ -1,10 +1,10 @@
 """A disk that fills (or a file-size limit, ulimit -f) while a run writes: one line, nothing lost.
 
-Each case starts from a copy of a finished 8-step run (checkpoints 4 and 8, params.npz), most
-as if stopped after checkpoint 4 (checkpoint 8 and params.npz removed), and checks
-the one line (cause, the intact checkpoint, the command that resumes), exit code 2, that
-the files already there are as they were, that no half-written checkpoint is left, and that
-the same command resumes once there is room.
+Each case starts from a copy of a finished 8-step run (checkpoints 4 and 8, params.npz: the
+session's, tests/tiny_trained.py), most as if stopped after checkpoint 4 (checkpoint 8 and
+params.npz removed), and checks the one line (cause, the intact checkpoint, the command that
+resumes), exit code 2, that the files already there are as they were, that no half-written
+checkpoint is left, and that the same command resumes once there is room.
 """
 import errno
 import json
@@ -13,11 +13,11 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 
 from absl.testing import absltest
 
 from tests import commands
+from tests import tiny_trained
 from vit_jax import fileio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,15 +87,7 @@ class DiskFaultTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls._root = tempfile.mkdtemp(prefix='vit_jax_disk_')
-    cls.base = os.path.join(cls._root, 'base')
-    done = _main(cls.base)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-  @classmethod
-  def tearDownClass(cls):
-    shutil.rmtree(cls._root, ignore_errors=True)
-    super().tearDownClass()
+    cls.base = tiny_trained.eight_steps()  # the run of TINY_CONFIG; copied, never changed
 
   def _copy_of_base(self, parent=None, stopped_at_4=True):
     workdir = os.path.join(parent or self.create_tempdir().full_path, 'run')

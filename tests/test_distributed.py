@@ -14,20 +14,20 @@ import numpy as np
 
 from tests import tfds_testdata
 from vit_jax import checkpoint
+from vit_jax import configs
 from vit_jax import rundir
 from vit_jax.train import checkpointer
+from vit_jax.train import loop
 from vit_jax.parallel import distributed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The quickstart, one encoder block deep, 6 steps; constant rate after warm-up so that a
 # run resumed at step 3 follows the same schedule as an uninterrupted one; a given MFU peak
 # (no matmuls timed at start).
-RUN_ARGS = ('--config=configs/quickstart.py', '--config.model.num_layers=1',
-            '--config.peak_tflops=1',
-            '--config.total_steps=6', '--config.warmup_steps=2',
-            '--config.decay_type=constant', '--config.log_every=1',
-            '--config.checkpoint_every=3', '--config.evals.test.every=0',
-            '--config.eval_split=test[:200]')
+RUN = {'model.num_layers': 1, 'peak_tflops': 1.0, 'total_steps': 6, 'warmup_steps': 2,
+       'decay_type': 'constant', 'log_every': 1, 'checkpoint_every': 3,
+       'evals.test.every': 0, 'eval_split': 'test[:200]'}
+RUN_ARGS = ('--config=configs/quickstart.py', *(f'--config.{k}={v}' for k, v in RUN.items()))
 
 _SLURM_STEP = {'SLURM_JOB_ID': '123', 'SLURM_STEP_NODELIST': 'node[001-002]',
                'SLURM_NTASKS': '16', 'SLURM_PROCID': '3', 'SLURM_LOCALID': '3'}
@@ -96,16 +96,12 @@ class SettingsTest(parameterized.TestCase):
     self.assertIsNone(distributed.detect_cluster({}))
 
 
-def _launch(num_processes: int, devices_per_process: int, workdir: str,
-            cache_dir: str) -> str:
+def _launch(num_processes: int, devices_per_process: int, workdir: str) -> str:
   """Runs the quickstart through launch/local.sh; returns its log, fails with its tail."""
-  # launch/local.sh sets the device count and keeps the suite's other XLA flags.
+  # launch/local.sh sets the device count and keeps the suite's other XLA flags; the
+  # processes share the suite's compilation cache (tests/conftest.py).
   env = {k: v for k, v in os.environ.items() if not k.startswith('VIT_JAX_')}
-  env.update(PYTHON=sys.executable, DEVICES_PER_PROCESS=str(devices_per_process),
-             # Runs of the same topology share compiled programs: half the CPU time.
-             JAX_COMPILATION_CACHE_DIR=cache_dir,
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
-             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
+  env.update(PYTHON=sys.executable, DEVICES_PER_PROCESS=str(devices_per_process))
   result = subprocess.run(
       ['bash', os.path.join(REPO, 'launch', 'local.sh'), str(num_processes), '--',
        *RUN_ARGS, f'--workdir={workdir}',
@@ -117,6 +113,13 @@ def _launch(num_processes: int, devices_per_process: int, workdir: str,
                          f'({result.returncode}):\n{result.stdout[-4000:]}\n'
                          f'{result.stderr[-4000:]}')
   return result.stdout + result.stderr
+
+
+def _train_here(workdir: str) -> None:
+  """The same run (or its resumption) in this process, on 4 of its CPU devices."""
+  c = configs.load(os.path.join(REPO, 'configs', 'quickstart.py'))
+  c.update_from_flattened_dict({**RUN, 'data_dir': tfds_testdata.data_dir()})
+  loop.train_and_evaluate(c, workdir, devices=jax.devices()[:4])
 
 
 def _losses(workdir: str) -> dict[int, float]:
@@ -146,7 +149,7 @@ def _copy_checkpoint(src_workdir: str, step: int, dst_workdir: str) -> None:
 
 
 class MultiProcessTest(absltest.TestCase):
-  """2 processes x 2 CPU devices against 1 process x 4 devices, via launch/local.sh."""
+  """2 processes x 2 CPU devices (launch/local.sh) against 1 process x 4 devices."""
 
   @classmethod
   def setUpClass(cls):
@@ -154,9 +157,8 @@ class MultiProcessTest(absltest.TestCase):
     cls.root = tempfile.mkdtemp()
     cls.one_by_four = os.path.join(cls.root, 'one_by_four')
     cls.two_by_two = os.path.join(cls.root, 'two_by_two')
-    cls.cache = os.path.join(cls.root, 'jax_cache')
-    _launch(1, 4, cls.one_by_four, cls.cache)
-    cls.two_by_two_log = _launch(2, 2, cls.two_by_two, cls.cache)
+    _train_here(cls.one_by_four)
+    cls.two_by_two_log = _launch(2, 2, cls.two_by_two)
     cls.losses = _losses(cls.one_by_four)
     cls.params = checkpoint.load(os.path.join(cls.one_by_four, rundir.PARAMS_FILE))
 
@@ -200,7 +202,7 @@ class MultiProcessTest(absltest.TestCase):
     # out to keep the suite fast.
     workdir = os.path.join(self.root, 'resumed_on_one')
     _copy_checkpoint(self.two_by_two, 3, workdir)
-    _launch(1, 4, workdir, self.cache)
+    _train_here(workdir)
     self.assert_matches_one_by_four(workdir, range(4, 7))
 
 

@@ -133,7 +133,7 @@ class ToyNormTest(absltest.TestCase):
     self.assertTrue(np.isfinite(np.asarray(logits)).all())
     # The same module with LayerNorm has another tree: the norm reached every block.
     plain = loaded.model.clone(norm='layer_norm')
-    tree = plain.init(jax.random.PRNGKey(0), images)['params']
+    tree = jax.eval_shape(plain.init, jax.random.PRNGKey(0), images)['params']
     self.assertIn('bias', tree['Transformer']['encoderblock_0']['LayerNorm_0'])
 
 

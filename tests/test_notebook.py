@@ -5,6 +5,8 @@ from absl.testing import absltest
 import nbclient
 import nbformat
 
+from tests import tfds_testdata
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, 'notebooks', 'vit_jax.ipynb')
 
@@ -13,6 +15,9 @@ class NotebookTest(absltest.TestCase):
 
   def test_notebook_runs_and_shows_pictures(self):
     workdir = self.create_tempdir().full_path
+    # The notebook reads its datasets from WORKDIR/tfds: the session's prepared ones (the
+    # data stage's lock guards a preparation), not a second preparation of each.
+    os.symlink(tfds_testdata.data_dir(), os.path.join(workdir, 'tfds'))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     os.environ['VIT_JAX_NOTEBOOK_SMOKE'] = '1'
     os.environ['VIT_JAX_NOTEBOOK_WORKDIR'] = workdir

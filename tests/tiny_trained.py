@@ -3,18 +3,21 @@
 The few-shot, predict, visualize, evaluate and run-lifecycle tests share it: training (200
 steps; 10-shot accuracy 0.64) costs ~25 s on 2 idle CPU cores, so the first process to need
 it trains it into the session directory (under a lock: xdist workers wait for it, not train
-it again).
+it again). The checkpoint-integrity and disk-fault tests share the 8-step run of
+tests/tiny_train_config.py the same way.
 """
 import fcntl
 import functools
 import json
 import os
 import tempfile
+from typing import Callable
 
 import jax
 import numpy as np
 
 from tests import tfds_testdata
+from tests import tiny_train_config
 from vit_jax import checkpoint
 from vit_jax import configs
 from vit_jax import models
@@ -58,24 +61,44 @@ def config(data_dir: str, **overrides):
   return c
 
 
-@functools.lru_cache(maxsize=None)
-def trained() -> tuple[str, str, dict]:
-  """(params.npz path, TFDS data dir, final metrics) of the trained tiny model."""
-  data_dir = tfds_testdata.data_dir()
-  root = os.path.join(os.path.dirname(data_dir), 'tiny')
-  workdir = os.path.join(root, 'work')
-  final = os.path.join(root, 'final.json')
+def _once(name: str, train: Callable[[str], object]) -> str:
+  """The session directory `name`, where the first process to ask runs `train(root)`."""
+  root = os.path.join(os.path.dirname(tfds_testdata.data_dir()), name)
+  done = os.path.join(root, '.done')
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, '.lock'), 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    if not os.path.exists(final):
-      result = loop.train_and_evaluate(config(data_dir), workdir, devices=jax.devices()[:1])
-      with open(final + '.tmp', 'w') as f:
-        json.dump({k: float(v) for k, v in result.items()}, f)
-      os.replace(final + '.tmp', final)
-  with open(final) as f:
+    if not os.path.exists(done):
+      train(root)
+      open(done, 'w').close()
+  return root
+
+
+def _train_tiny(root: str) -> None:
+  result = loop.train_and_evaluate(config(tfds_testdata.data_dir()), os.path.join(root, 'work'),
+                                   devices=jax.devices()[:1])
+  with open(os.path.join(root, 'final.json'), 'w') as f:
+    json.dump({k: float(v) for k, v in result.items()}, f)
+
+
+@functools.lru_cache(maxsize=None)
+def trained() -> tuple[str, str, dict]:
+  """(params.npz path, TFDS data dir, final metrics) of the trained tiny model."""
+  root = _once('tiny', _train_tiny)
+  with open(os.path.join(root, 'final.json')) as f:
     result = json.load(f)
-  return os.path.join(workdir, rundir.PARAMS_FILE), data_dir, result
+  return os.path.join(root, 'work', rundir.PARAMS_FILE), tfds_testdata.data_dir(), result
+
+
+@functools.lru_cache(maxsize=None)
+def eight_steps() -> str:
+  """Work directory of tests/tiny_train_config.py's run: 8 steps, checkpoints 4 and 8.
+
+  Read it, or copy it before changing it: other tests use it as it is.
+  """
+  root = _once('eight_steps', lambda root: loop.train_and_evaluate(
+      tiny_train_config.tiny_config(), os.path.join(root, 'work'), devices=jax.devices()[:1]))
+  return os.path.join(root, 'work')
 
 
 @functools.lru_cache(maxsize=None)
