@@ -80,8 +80,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       # Run again as it was: nothing to do. A changed config is checked and recorded.
       if not changes.fields and finished(ckpt, workdir, config.total_steps):
         return final_metrics(workdir, config.total_steps)
-      return _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
-                    changes, undo.started)
+      result = _train(config, workdir, mesh, info, model, objective, schedule, tx, ckpt,
+                      changes, undo.started)
+      # The last save may still be writing: its failure is this run's too, told as one.
+      ckpt.close()
+      return result
     except Exception as e:  # pylint: disable=broad-except  (orbax, TF and OS errors alike)
       fault = fileio.write_fault(e, workdir)
       if fault is None:
