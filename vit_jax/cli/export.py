@@ -11,7 +11,6 @@ from vit_jax import errors
 from vit_jax import rundir
 from vit_jax import serving
 from vit_jax.cli import common
-from vit_jax.cli import early
 from vit_jax.inference import labels as labels_lib
 from vit_jax.inference import load
 from vit_jax.inference import model_card
@@ -78,8 +77,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
-  # Before the (possibly large) checkpoint is read and the model lowered.
-  early.check_export(FLAGS)
+  # The flags were checked before TensorFlow loaded (vit_jax/export.py: early.check_export).
   checkpoint = load.resolve_checkpoint(FLAGS.checkpoint)
   # float32 whatever the training config said: 'auto' is bf16 + cuDNN on a GPU,
   # which would tie the artifact to that GPU and change its numbers.
