@@ -62,6 +62,15 @@ def check_mode(mode: str, key: str) -> None:
 
 def check_options(options: dict[str, Any]) -> None:
   """One-line errors for the options that need no model: mode, numbers, the teacher's file."""
+  _check_values(options)
+  try:
+    load.resolve_checkpoint(options['teacher'])
+  except (OSError, ValueError) as e:
+    raise type(e)(f'{_key("teacher")}: {errors.first_line(e, None)}') from None
+
+
+def _check_values(options: dict[str, Any]) -> None:
+  """check_options without reading the teacher's file (which load_teacher reads)."""
   check_mode(options['mode'], _key('mode'))
   alpha, tau, resolution = options['alpha'], options['tau'], options['teacher_resolution']
   if not _is_number(alpha) or not 0 <= alpha <= 1:
@@ -73,14 +82,9 @@ def check_options(options: dict[str, Any]) -> None:
   if not isinstance(resolution, int) or isinstance(resolution, bool) or resolution < 0:
     raise ValueError(f'{_key("teacher_resolution")}={resolution!r} must be an integer '
                      ">= 0 (pixels; 0 = the teacher's own).")
-  teacher = options['teacher']
-  if not teacher:
+  if not options['teacher']:
     raise ValueError(f"{_key('teacher')} is not set: name the teacher's checkpoint (a "
                      'vit_jax workdir or params.npz, a timm or transformers checkpoint).')
-  try:
-    load.resolve_checkpoint(teacher)
-  except (OSError, ValueError) as e:
-    raise type(e)(f'{_key("teacher")}: {errors.first_line(e, None)}') from None
 
 
 def _is_number(value: Any) -> bool:
@@ -221,7 +225,9 @@ def make(model: nn.Module, *, teacher: str = '', mode: str = 'hard', alpha: floa
   teacher_resolution: its input size (0: the checkpoint's own)."""
   options = dict(teacher=teacher, mode=mode, alpha=alpha, tau=tau,
                  teacher_resolution=teacher_resolution)
-  check_options(options)
+  # The teacher's file is resolved once, by load_teacher (objectives.check has run
+  # check_options before the factory; a hub name would be looked up twice here).
+  _check_values(options)
   student = families.fields(model)
   if mode in _TOKEN_MODES and not student.get('distilled'):
     raise ValueError(f"{_key('mode')}={mode!r} trains DeiT's distillation token: set "
